@@ -1,0 +1,41 @@
+# slo-api: `make demo` to see it work, `make test` to check it. Both build what is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: venv controlplane test lint typecheck unit integration cluster demo openapi bench soak clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+# kube-apiserver and etcd, built from the Go module proxy once and cached by version.
+controlplane: venv
+	$(PY) -m controlplane build
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check slo_api controlplane tests
+	$(PY) -m mypy
+
+test: venv controlplane lint
+	$(PY) -m pytest -ra
+
+unit: venv
+	$(PY) -m pytest -ra tests/unit
+
+integration: venv controlplane
+	$(PY) -m pytest -ra tests/integration
+
+cluster: venv controlplane
+	$(PY) -m controlplane cluster --dir .cluster
+
+clean:
+	rm -rf $(VENV) .cluster .demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""slo-api: a REST front door onto SLO custom resources."""

@@ -1,0 +1,231 @@
+"""The seam onto kubernetes_asyncio: plain dicts in and out, one error type.
+
+Everything else in slo-api talks to the API server through `Kube`, so this is the one module
+that knows kubernetes_asyncio's quirks: custom-object PATCH must be forced to merge-patch, it
+has no client timeout unless given one, and error bodies arrive as unparsed text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+Obj = dict[str, Any]
+Observer = Callable[[str, str, float], None]
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+
+
+@dataclass
+class KubeError(Exception):
+    """A failed call to the API server, with its parsed `Status` when it sent one.
+
+    `status` is the HTTP code (0 when no response arrived). `is_status` tells a JSON Status
+    apart from a bare "404 page not found", which is how a missing CRD answers.
+    """
+
+    status: int
+    reason: str = ""
+    message: str = ""
+    causes: list[Obj] = field(default_factory=list)
+    is_status: bool = False
+    retry_after: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @classmethod
+    def from_body(cls, status: int, body: bytes | str | None,
+                  headers: Any = None) -> KubeError:
+        retry_after = _retry_after(headers)
+        try:
+            parsed = json.loads(body or b"")
+        except (ValueError, TypeError):
+            parsed = None
+        if isinstance(parsed, dict) and parsed.get("kind") == "Status":
+            return cls.from_status(parsed, retry_after=retry_after, default_code=status)
+        text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+        return cls(status=status, message=text.strip()[:200], retry_after=retry_after)
+
+    @classmethod
+    def from_status(cls, status: Obj, retry_after: float | None = None,
+                    default_code: int = 0) -> KubeError:
+        details = status.get("details") or {}
+        return cls(
+            status=int(status.get("code") or default_code),
+            reason=str(status.get("reason") or ""),
+            message=str(status.get("message") or ""),
+            causes=[c for c in details.get("causes") or [] if isinstance(c, dict)],
+            is_status=True,
+            retry_after=retry_after or _details_retry(details),
+        )
+
+
+class KubeTimeout(KubeError):
+    """The API server did not answer within the upstream timeout."""
+
+
+class KubeUnavailable(KubeError):
+    """No connection to the API server (refused, reset, DNS, TLS)."""
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _details_retry(details: Obj) -> float | None:
+    seconds = details.get("retryAfterSeconds")
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
+class Kube:
+    """A client of the three custom-resource kinds with a timeout on every call."""
+
+    def __init__(self, api_client: Any, timeout: float, observe: Observer | None = None) -> None:
+        self._api_client = api_client
+        self._api = client.CustomObjectsApi(api_client)
+        self.timeout = timeout
+        self._observe = observe or (lambda verb, code, seconds: None)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None, timeout: float,
+                      observe: Observer | None = None) -> Kube:
+        configuration = client.Configuration()
+        if kubeconfig:
+            await config.load_kube_config(
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration), timeout, observe)
+
+    async def close(self) -> None:
+        await self._api_client.close()
+
+    async def _call(self, verb: str, coro: Any) -> Any:
+        started = time.monotonic()
+        code = "error"
+        try:
+            result = await asyncio.wait_for(coro, self.timeout)
+            code = "200"
+            return result
+        except ApiException as exc:
+            code = str(exc.status)
+            raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
+        except TimeoutError:
+            code = "timeout"
+            raise KubeTimeout(
+                0, "Timeout", f"the API server did not answer within {self.timeout:g}s"
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            code = "unavailable"
+            raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
+        finally:
+            self._observe(verb, code, time.monotonic() - started)
+
+    async def list(self, res: Resource, *, limit: int = 500, continue_: str | None = None,
+                   resource_version: str | None = None) -> Obj:
+        kwargs: Obj = {"limit": limit, "_request_timeout": self.timeout}
+        if continue_:
+            kwargs["_continue"] = continue_
+        elif resource_version is not None:
+            kwargs["resource_version"] = resource_version
+        result: Obj = await self._call("list", self._api.list_cluster_custom_object(
+            res.group, res.version, res.plural, **kwargs))
+        return result
+
+    async def get(self, res: Resource, namespace: str, name: str) -> Obj:
+        result: Obj = await self._call("get", self._api.get_namespaced_custom_object(
+            res.group, res.version, namespace, res.plural, name,
+            _request_timeout=self.timeout))
+        return result
+
+    async def patch(self, res: Resource, namespace: str, name: str, patch: Obj, *,
+                    dry_run: bool = False) -> Obj:
+        kwargs: Obj = {
+            # kubernetes_asyncio would send a dict as json-patch; the owned-fields contract
+            # is a merge patch.
+            "_content_type": "application/merge-patch+json",
+            # Strict: a field the installed CRD lacks is an error, not silently pruned.
+            "field_validation": "Strict",
+            "_request_timeout": self.timeout,
+        }
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        result: Obj = await self._call("patch", self._api.patch_namespaced_custom_object(
+            res.group, res.version, namespace, res.plural, name, patch, **kwargs))
+        return result
+
+    async def watch(self, res: Resource, *, resource_version: str, timeout_seconds: int,
+                    read_timeout: float) -> AsyncIterator[Obj]:
+        """Yield watch events as dicts; ERROR events are raised as `KubeError`.
+
+        The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
+        its Status, and a silent connection ends after `read_timeout` seconds without bytes.
+        """
+        started = time.monotonic()
+        try:
+            response = await asyncio.wait_for(
+                self._api.list_cluster_custom_object(
+                    res.group, res.version, res.plural,
+                    watch=True, allow_watch_bookmarks=True, resource_version=resource_version,
+                    timeout_seconds=timeout_seconds, _preload_content=False,
+                    _request_timeout=aiohttp.ClientTimeout(
+                        sock_connect=self.timeout, sock_read=read_timeout),
+                ),
+                self.timeout,
+            )
+        except TimeoutError:
+            self._observe("watch", "timeout", time.monotonic() - started)
+            raise KubeTimeout(0, "Timeout", "the watch was not accepted in time") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            self._observe("watch", "unavailable", time.monotonic() - started)
+            raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
+        self._observe("watch", str(response.status), time.monotonic() - started)
+        try:
+            if response.status != 200:
+                raise KubeError.from_body(response.status, await response.read(), response.headers)
+            async for event in _events(response):
+                if event.get("type") == "ERROR":
+                    raise KubeError.from_status(event.get("object") or {})
+                yield event
+        except TimeoutError:
+            raise KubeTimeout(0, "Timeout", "the watch went silent") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise KubeUnavailable(0, "Unavailable", f"the watch broke: {exc}") from None
+        finally:
+            response.release()
+
+
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Obj]:
+    # Split on newlines ourselves: aiohttp's readline caps a line at 64 KiB, and a CR can be
+    # larger than that.
+    buffer = b""
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        while (end := buffer.find(b"\n")) >= 0:
+            line, buffer = buffer[:end], buffer[end + 1:]
+            if line.strip():
+                yield orjson.loads(line)
+    if buffer.strip():
+        yield orjson.loads(buffer)
