@@ -39,3 +39,6 @@ cluster: venv controlplane
 
 clean:
 	rm -rf $(VENV) .cluster .demo .pytest_cache .mypy_cache .ruff_cache
+
+demo: venv controlplane
+	$(PY) -m controlplane demo --dir .demo

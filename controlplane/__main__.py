@@ -54,7 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster = commands.add_parser("cluster", help="run a control plane in the foreground")
     cluster.add_argument("--dir", type=Path, default=Path(".cluster"),
                          help="where to write the kubeconfigs (default: .cluster)")
+    demo = commands.add_parser("demo", help="control plane, sample CRs and slo-api, for a look")
+    demo.add_argument("--dir", type=Path, default=Path(".demo"),
+                      help="where to write env and kubeconfigs (default: .demo)")
+    demo.add_argument("--port", type=int, default=8080, help="slo-api's port (default: 8080)")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from controlplane.demo import run_demo
+
+        return run_demo(args.dir, args.port)
     if args.command == "build":
         binaries = ensure_all()
         print(f"kube-apiserver: {binaries.kube_apiserver}\netcd: {binaries.etcd}")

@@ -1,0 +1,118 @@
+"""The harness is a real API server: CEL rules, pruning and RBAC behave as in a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.admin import Admin, AdminError
+from controlplane.cluster import Cluster
+from tests.integration import crs
+
+pytestmark = pytest.mark.integration
+
+
+def _refusal(admin: Admin, obj: crs.Obj) -> AdminError:
+    with pytest.raises(AdminError) as caught:
+        admin.create(obj)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        (
+            {"minimumDeployment": {"type": "pdengine", "value": 2},
+             "maximumDeployment": {"type": "replica", "value": 4}},
+            "spec.maximumDeployment", "both be pdengine",
+        ),
+        (
+            {"minimumDeployment": {"type": "replica", "value": 1},
+             "maximumDeployment": {"type": "pdengine", "value": 4}},
+            "spec.maximumDeployment", "both be pdengine",
+        ),
+        (
+            {"minimumDeployment": {"type": "pdengine", "value": 1},
+             "maximumDeployment": {"type": "pdengine", "value": 1}},
+            "spec.maximumDeployment.value", "must not be 1",
+        ),
+        (
+            {"minimumDeployment": {"type": "replica", "value": 3},
+             "maximumDeployment": {"type": "replica", "value": 2}},
+            "spec.maximumDeployment.value", "not be below",
+        ),
+    ],
+)
+def test_each_cel_rule_is_enforced_with_a_field(
+    admin: Admin, namespace: str, spec: crs.Obj, field: str, says: str
+) -> None:
+    error = _refusal(admin, crs.llm(namespace, "svc", **spec))
+    assert error.status == 422
+    causes = error.body["details"]["causes"]
+    assert any(c["field"] == field and says in c["message"] for c in causes), causes
+
+
+def test_valid_pdengine_and_zero_bounds_are_accepted(admin: Admin, namespace: str) -> None:
+    admin.create(crs.llm(namespace, "pd", minimumDeployment={"type": "pdengine", "value": 0},
+                         maximumDeployment={"type": "pdengine", "value": 2}))
+    stored = admin.create(crs.llm(namespace, "zero",
+                                  minimumDeployment={"type": "replica", "value": 0},
+                                  maximumDeployment={"type": "replica", "value": 0}))
+    assert stored["spec"]["maximumDeployment"] == {"type": "replica", "value": 0}
+
+
+def test_job_needs_a_queue_with_promql(admin: Admin, namespace: str) -> None:
+    error = _refusal(admin, crs.job(namespace, "j", queue={"maxDepth": 3}))
+    assert error.status == 422
+    assert any(c["field"] == "spec.queue.promql" for c in error.body["details"]["causes"])
+
+
+def test_unknown_spec_fields_are_pruned_and_defaults_applied(admin: Admin, namespace: str) -> None:
+    stored = admin.create(crs.llm(namespace, "pruned", notAField=True))
+    assert "notAField" not in stored["spec"]
+    assert stored["spec"]["priority"] == 0
+    assert stored["spec"]["minimumDeployment"] == {"type": "replica", "value": 1}
+
+
+def test_modelpool_swap_policy_enum_and_status_subresource(admin: Admin, namespace: str) -> None:
+    error = _refusal(admin, crs.pool(namespace, "p-bad", ["a"], swapPolicy="reclaim"))
+    assert error.status == 422
+    assert any(c["field"] == "spec.swapPolicy" for c in error.body["details"]["causes"])
+    created = admin.create(crs.pool(namespace, "p", ["a", "b"]))
+    assert created["spec"]["swapBudget"] == "300s"
+    assert created["spec"]["gpu"] == 1
+    admin.merge_patch(crs.POOL, "ModelPool", namespace, "p",
+                      {"status": {"phase": "Ready", "residentMember": "a"}}, subresource="status")
+    assert admin.get(crs.POOL, "ModelPool", namespace, "p")["status"]["residentMember"] == "a"
+
+
+def test_slo_api_service_account_has_exactly_its_verbs(
+    cluster: Cluster, admin: Admin, namespace: str
+) -> None:
+    admin.create(crs.llm(namespace, "rbac"))
+    admin.create(crs.job(namespace, "rbac-job"))
+    admin.create(crs.pool(namespace, "rbac-pool", ["rbac"]))
+    sa = cluster.slo_api_client()
+    try:
+        for api, kind, name in (
+            (crs.SLO, "LLMSLORequirement", "rbac"),
+            (crs.SLO, "JobSLORequirement", "rbac-job"),
+            (crs.POOL, "ModelPool", "rbac-pool"),
+        ):
+            assert sa.get(api, kind, namespace, name)["metadata"]["name"] == name
+            assert any(o["metadata"]["name"] == name for o in sa.list(api, kind))
+            watched = sa.request("GET", sa.path(api, kind), params={"watch": "1",
+                                                                   "timeoutSeconds": "1"})
+            assert watched is not None
+            sa.merge_patch(api, kind, namespace, name, {"metadata": {"labels": {"seen": "yes"}}})
+            with pytest.raises(AdminError) as created:
+                sa.create({"apiVersion": api, "kind": kind,
+                           "metadata": {"name": "new", "namespace": namespace}, "spec": {}})
+            assert created.value.status == 403
+            with pytest.raises(AdminError) as deleted:
+                sa.delete(api, kind, namespace, name)
+            assert deleted.value.status == 403
+        with pytest.raises(AdminError) as secrets:
+            sa.request("GET", f"/api/v1/namespaces/{namespace}/secrets")
+        assert secrets.value.status == 403
+    finally:
+        sa.close()
