@@ -52,11 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build or find kube-apiserver and etcd; print their paths")
     cluster = commands.add_parser("cluster", help="run a control plane in the foreground")
-    cluster.add_argument("--dir", type=Path, default=Path(".cluster"),
-                         help="where to write the kubeconfigs (default: .cluster)")
+    cluster.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(".cluster"),
+        help="where to write the kubeconfigs (default: .cluster)",
+    )
     demo = commands.add_parser("demo", help="control plane, sample CRs and slo-api, for a look")
-    demo.add_argument("--dir", type=Path, default=Path(".demo"),
-                      help="where to write env and kubeconfigs (default: .demo)")
+    demo.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(".demo"),
+        help="where to write env and kubeconfigs (default: .demo)",
+    )
     demo.add_argument("--port", type=int, default=8080, help="slo-api's port (default: 8080)")
     args = parser.parse_args(argv)
     if args.command == "demo":

@@ -7,6 +7,7 @@ code with the service under test.
 
 from __future__ import annotations
 
+import builtins
 import ssl
 import time
 from collections.abc import Iterable
@@ -57,7 +58,10 @@ class Admin:
     ) -> Any:
         content = None if body is None else httpx.Request("X", "/", json=body).content
         response = self._http.request(
-            method, path, content=content, params=params,
+            method,
+            path,
+            content=content,
+            params=params,
             headers={"Content-Type": content_type} if content is not None else {},
         )
         try:
@@ -77,14 +81,16 @@ class Admin:
             for resource in self.request("GET", base)["resources"]:
                 if "/" not in resource["name"]:
                     self._resources[(api_version, resource["kind"])] = (
-                        resource["name"], bool(resource["namespaced"]),
+                        resource["name"],
+                        bool(resource["namespaced"]),
                     )
         if key not in self._resources:
             raise AdminError(404, f"{kind} is not served at {api_version}")
         return self._resources[key]
 
-    def path(self, api_version: str, kind: str, namespace: str | None = None,
-             name: str | None = None) -> str:
+    def path(
+        self, api_version: str, kind: str, namespace: str | None = None, name: str | None = None
+    ) -> str:
         plural, namespaced = self._resource(api_version, kind)
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         if namespaced and namespace:
@@ -95,7 +101,9 @@ class Admin:
     def _obj_path(self, obj: Obj, named: bool = True) -> str:
         meta = obj.get("metadata", {})
         return self.path(
-            obj["apiVersion"], obj["kind"], meta.get("namespace"),
+            obj["apiVersion"],
+            obj["kind"],
+            meta.get("namespace"),
             meta.get("name") if named else None,
         )
 
@@ -126,8 +134,15 @@ class Admin:
         items: list[Obj] = self.request("GET", self.path(api_version, kind, namespace))["items"]
         return items
 
-    def merge_patch(self, api_version: str, kind: str, namespace: str | None, name: str,
-                    patch: Obj, subresource: str = "") -> Obj:
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        patch: Obj,
+        subresource: str = "",
+    ) -> Obj:
         path = self.path(api_version, kind, namespace, name)
         if subresource:
             path += f"/{subresource}"
@@ -166,7 +181,7 @@ class Admin:
                 time.sleep(0.1)
         self._resources.clear()
 
-    def _discoverable(self, group: str, versions: list[str], plural: str) -> bool:
+    def _discoverable(self, group: str, versions: builtins.list[str], plural: str) -> bool:
         for version in versions:
             try:
                 found = self.request("GET", f"/apis/{group}/{version}")
@@ -181,7 +196,9 @@ class Admin:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             try:
-                self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                self.request(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
             except AdminError as exc:
                 if exc.status == 404:
                     self._resources.clear()
@@ -194,15 +211,18 @@ class Admin:
         result = self.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}},
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
         )
         token: str = result["status"]["token"]
         return token
 
 
 def load_yaml_dir(directory: Path) -> list[Obj]:
-    """Every object in the YAML files of a directory (sorted, recursively), skipping kustomizations."""
+    """Every object in a directory's YAML files (sorted, recursive), but kustomizations."""
     objs: list[Obj] = []
     for path in sorted(directory.rglob("*.yaml")):
         if path.name == "kustomization.yaml":
@@ -212,8 +232,13 @@ def load_yaml_dir(directory: Path) -> list[Obj]:
 
 
 def kubeconfig(
-    url: str, ca_cert: Path, *, user: str, token: str | None = None,
-    cert: tuple[Path, Path] | None = None, namespace: str | None = None,
+    url: str,
+    ca_cert: Path,
+    *,
+    user: str,
+    token: str | None = None,
+    cert: tuple[Path, Path] | None = None,
+    namespace: str | None = None,
 ) -> Obj:
     creds: Obj = {"token": token} if token else {}
     if cert:
@@ -224,8 +249,12 @@ def kubeconfig(
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "slo-api-test",
-                      "cluster": {"server": url, "certificate-authority": str(ca_cert)}}],
+        "clusters": [
+            {
+                "name": "slo-api-test",
+                "cluster": {"server": url, "certificate-authority": str(ca_cert)},
+            }
+        ],
         "users": [{"name": user, "user": creds}],
         "contexts": [{"name": user, "context": context}],
         "current-context": user,

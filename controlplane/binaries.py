@@ -42,7 +42,9 @@ class _Component:
 
 
 KUBE_APISERVER = _Component(
-    "kube-apiserver", GO_DIR / "kube-apiserver", "k8s.io/kubernetes",
+    "kube-apiserver",
+    GO_DIR / "kube-apiserver",
+    "k8s.io/kubernetes",
     "k8s.io/kubernetes/cmd/kube-apiserver",
 )
 ETCD = _Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
@@ -76,22 +78,41 @@ def _build(component: _Component, target: Path) -> None:
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    env = {
+        **os.environ,
+        "CGO_ENABLED": "0",
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-mod=readonly -buildvcs=false",
+    }
     print(
         f"building {component.name} {component.version()} from the Go module proxy "
         "(a cold build takes several minutes on 2 cores; it is cached afterwards)...",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
     started = time.monotonic()
     # -v prints each package as it compiles: the progress shown on a long cold build.
     subprocess.run(
-        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), component.package],
-        cwd=component.module_dir, env=env, check=True,
+        [
+            go,
+            "build",
+            "-v",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            str(partial),
+            component.package,
+        ],
+        cwd=component.module_dir,
+        env=env,
+        check=True,
     )
     partial.replace(target)
     print(
         f"built {component.name} in {time.monotonic() - started:.0f}s -> {target}",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
 
 
@@ -99,7 +120,9 @@ def ensure(component: _Component, env_name: str) -> Path:
     prebuilt = _prebuilt(env_name, component.name)
     if prebuilt is not None:
         if not prebuilt.is_file():
-            raise RuntimeError(f"{env_name} / KUBEBUILDER_ASSETS names {prebuilt}, which is missing")
+            raise RuntimeError(
+                f"{env_name} / KUBEBUILDER_ASSETS names {prebuilt}, which is missing"
+            )
         return prebuilt
     target = cached_path(component)
     if not target.is_file():

@@ -39,7 +39,8 @@ class Cluster:
         self.plane.start()
         try:
             self.admin = Admin(
-                self.plane.url, self.plane.pki.ca_cert,
+                self.plane.url,
+                self.plane.pki.ca_cert,
                 cert=(self.plane.pki.admin_cert, self.plane.pki.admin_key),
             )
             self.install_crds()
@@ -64,10 +65,22 @@ class Cluster:
         admin_path = directory / "admin.kubeconfig"
         slo_path = directory / "slo-api.kubeconfig"
         for path, config in (
-            (admin_path, kubeconfig(self.plane.url, pki.ca_cert, user="admin",
-                                    cert=(pki.admin_cert, pki.admin_key))),
-            (slo_path, kubeconfig(self.plane.url, pki.ca_cert, user="slo-api", token=token,
-                                  namespace=SERVICE_NAMESPACE)),
+            (
+                admin_path,
+                kubeconfig(
+                    self.plane.url, pki.ca_cert, user="admin", cert=(pki.admin_cert, pki.admin_key)
+                ),
+            ),
+            (
+                slo_path,
+                kubeconfig(
+                    self.plane.url,
+                    pki.ca_cert,
+                    user="slo-api",
+                    token=token,
+                    namespace=SERVICE_NAMESPACE,
+                ),
+            ),
         ):
             path.write_text(yaml.safe_dump(config, sort_keys=False))
             path.chmod(0o600)

@@ -68,9 +68,15 @@ def _issue(
     if ca:
         builder = builder.add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -91,7 +97,9 @@ def make_pki(directory: Path) -> Pki:
     serving_key = ec.generate_private_key(ec.SECP256R1())
     serving = _issue(
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
-        serving_key, ca_name, ca_key,
+        serving_key,
+        ca_name,
+        ca_key,
         usage=[ExtendedKeyUsageOID.SERVER_AUTH],
         sans=[
             x509.DNSName("localhost"),
@@ -100,11 +108,15 @@ def make_pki(directory: Path) -> Pki:
     )
     admin_key = ec.generate_private_key(ec.SECP256R1())
     admin = _issue(
-        x509.Name([
-            x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-        ]),
-        admin_key, ca_name, ca_key,
+        x509.Name(
+            [
+                x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            ]
+        ),
+        admin_key,
+        ca_name,
+        ca_key,
         usage=[ExtendedKeyUsageOID.CLIENT_AUTH],
     )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

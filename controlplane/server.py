@@ -49,8 +49,11 @@ class _Process:
     def start(self) -> None:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded at start-up
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
 
     def running(self) -> bool:
@@ -207,7 +210,9 @@ class ControlPlane:
         import json
 
         request = urllib.request.Request(  # noqa: S310 - loopback etcd
-            f"{self.etcd_url}{path}", data=json.dumps(body).encode(), method="POST",
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
@@ -219,5 +224,3 @@ class ControlPlane:
         revision = int(self.etcd_call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
         self.etcd_call("/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
-
-

@@ -49,8 +49,7 @@ class KubeError(Exception):
         return f"{self.status} {self.reason}: {self.message}"
 
     @classmethod
-    def from_body(cls, status: int, body: bytes | str | None,
-                  headers: Any = None) -> KubeError:
+    def from_body(cls, status: int, body: bytes | str | None, headers: Any = None) -> KubeError:
         retry_after = _retry_after(headers)
         try:
             parsed = json.loads(body or b"")
@@ -62,8 +61,9 @@ class KubeError(Exception):
         return cls(status=status, message=text.strip()[:200], retry_after=retry_after)
 
     @classmethod
-    def from_status(cls, status: Obj, retry_after: float | None = None,
-                    default_code: int = 0) -> KubeError:
+    def from_status(
+        cls, status: Obj, retry_after: float | None = None, default_code: int = 0
+    ) -> KubeError:
         details = status.get("details") or {}
         return cls(
             status=int(status.get("code") or default_code),
@@ -108,16 +108,17 @@ class Kube:
         self._observe = observe or (lambda verb, code, seconds: None)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None, timeout: float,
-                      observe: Observer | None = None) -> Kube:
+    async def connect(
+        cls, kubeconfig: str | None, request_timeout: float, observe: Observer | None = None
+    ) -> Kube:
         configuration = client.Configuration()
         if kubeconfig:
             await config.load_kube_config(
                 config_file=kubeconfig, client_configuration=configuration
             )
         else:
-            config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(configuration), timeout, observe)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(client.ApiClient(configuration), request_timeout, observe)
 
     async def close(self) -> None:
         await self._api_client.close()
@@ -143,25 +144,37 @@ class Kube:
         finally:
             self._observe(verb, code, time.monotonic() - started)
 
-    async def list(self, res: Resource, *, limit: int = 500, continue_: str | None = None,
-                   resource_version: str | None = None) -> Obj:
+    async def list(
+        self,
+        res: Resource,
+        *,
+        limit: int = 500,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+    ) -> Obj:
         kwargs: Obj = {"limit": limit, "_request_timeout": self.timeout}
         if continue_:
             kwargs["_continue"] = continue_
         elif resource_version is not None:
             kwargs["resource_version"] = resource_version
-        result: Obj = await self._call("list", self._api.list_cluster_custom_object(
-            res.group, res.version, res.plural, **kwargs))
+        result: Obj = await self._call(
+            "list",
+            self._api.list_cluster_custom_object(res.group, res.version, res.plural, **kwargs),
+        )
         return result
 
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
-        result: Obj = await self._call("get", self._api.get_namespaced_custom_object(
-            res.group, res.version, namespace, res.plural, name,
-            _request_timeout=self.timeout))
+        result: Obj = await self._call(
+            "get",
+            self._api.get_namespaced_custom_object(
+                res.group, res.version, namespace, res.plural, name, _request_timeout=self.timeout
+            ),
+        )
         return result
 
-    async def patch(self, res: Resource, namespace: str, name: str, patch: Obj, *,
-                    dry_run: bool = False) -> Obj:
+    async def patch(
+        self, res: Resource, namespace: str, name: str, patch: Obj, *, dry_run: bool = False
+    ) -> Obj:
         kwargs: Obj = {
             # kubernetes_asyncio would send a dict as json-patch; the owned-fields contract
             # is a merge patch.
@@ -172,12 +185,17 @@ class Kube:
         }
         if dry_run:
             kwargs["dry_run"] = "All"
-        result: Obj = await self._call("patch", self._api.patch_namespaced_custom_object(
-            res.group, res.version, namespace, res.plural, name, patch, **kwargs))
+        result: Obj = await self._call(
+            "patch",
+            self._api.patch_namespaced_custom_object(
+                res.group, res.version, namespace, res.plural, name, patch, **kwargs
+            ),
+        )
         return result
 
-    async def watch(self, res: Resource, *, resource_version: str, timeout_seconds: int,
-                    read_timeout: float) -> AsyncIterator[Obj]:
+    async def watch(
+        self, res: Resource, *, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> AsyncIterator[Obj]:
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
@@ -187,11 +205,17 @@ class Kube:
         try:
             response = await asyncio.wait_for(
                 self._api.list_cluster_custom_object(
-                    res.group, res.version, res.plural,
-                    watch=True, allow_watch_bookmarks=True, resource_version=resource_version,
-                    timeout_seconds=timeout_seconds, _preload_content=False,
+                    res.group,
+                    res.version,
+                    res.plural,
+                    watch=True,
+                    allow_watch_bookmarks=True,
+                    resource_version=resource_version,
+                    timeout_seconds=timeout_seconds,
+                    _preload_content=False,
                     _request_timeout=aiohttp.ClientTimeout(
-                        sock_connect=self.timeout, sock_read=read_timeout),
+                        sock_connect=self.timeout, sock_read=read_timeout
+                    ),
                 ),
                 self.timeout,
             )
@@ -224,7 +248,7 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Obj]:
     async for chunk in response.content.iter_any():
         buffer += chunk
         while (end := buffer.find(b"\n")) >= 0:
-            line, buffer = buffer[:end], buffer[end + 1:]
+            line, buffer = buffer[:end], buffer[end + 1 :]
             if line.strip():
                 yield orjson.loads(line)
     if buffer.strip():

@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     pool_version: str = "v1alpha1"
     pool_plural: str = "modelpools"
 
-    crd_recheck_seconds: float = Field(60, gt=0, description="How often a missing CRD is looked up.")
+    crd_recheck_seconds: float = Field(
+        60, gt=0, description="How often a missing CRD is looked up."
+    )
     upstream_timeout_seconds: float = Field(
         10, gt=0, description="Timeout of every call to the API server."
     )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from controlplane.admin import Admin
 from controlplane.cluster import Cluster
+from tests.integration.service import RunningService, running
 
 _ids = itertools.count(1)
 
@@ -42,3 +43,10 @@ def namespace(admin: Admin) -> str:
     name = f"t{os.getpid() % 10000}-{next(_ids)}"
     admin.ensure_namespace(name)
     return name
+
+
+@pytest.fixture
+async def service(slo_api_kubeconfig: Path) -> AsyncIterator[RunningService]:
+    """slo-api with the slo-api ServiceAccount's credentials, ready (every kind synced)."""
+    async with running(slo_api_kubeconfig) as started:
+        yield started

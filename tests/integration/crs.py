@@ -11,7 +11,8 @@ POOL = "inference.llmkube.dev/v1alpha1"
 
 def llm(namespace: str, name: str, service_id: str | None = None, **spec: Any) -> Obj:
     return {
-        "apiVersion": SLO, "kind": "LLMSLORequirement",
+        "apiVersion": SLO,
+        "kind": "LLMSLORequirement",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"serviceId": service_id if service_id is not None else name, **spec},
     }
@@ -20,7 +21,8 @@ def llm(namespace: str, name: str, service_id: str | None = None, **spec: Any) -
 def job(namespace: str, name: str, service_id: str | None = None, **spec: Any) -> Obj:
     spec.setdefault("queue", {"maxDepth": 20, "promql": f'sum(jobs_pending{{service="{name}"}})'})
     return {
-        "apiVersion": SLO, "kind": "JobSLORequirement",
+        "apiVersion": SLO,
+        "kind": "JobSLORequirement",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"serviceId": service_id if service_id is not None else name, **spec},
     }
@@ -28,7 +30,8 @@ def job(namespace: str, name: str, service_id: str | None = None, **spec: Any) -
 
 def pool(namespace: str, name: str, members: list[str], **spec: Any) -> Obj:
     return {
-        "apiVersion": POOL, "kind": "ModelPool",
+        "apiVersion": POOL,
+        "kind": "ModelPool",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"members": [{"inferenceServiceRef": {"name": m}} for m in members], **spec},
     }

@@ -21,24 +21,36 @@ def _refusal(admin: Admin, obj: crs.Obj) -> AdminError:
     ("spec", "field", "says"),
     [
         (
-            {"minimumDeployment": {"type": "pdengine", "value": 2},
-             "maximumDeployment": {"type": "replica", "value": 4}},
-            "spec.maximumDeployment", "both be pdengine",
+            {
+                "minimumDeployment": {"type": "pdengine", "value": 2},
+                "maximumDeployment": {"type": "replica", "value": 4},
+            },
+            "spec.maximumDeployment",
+            "both be pdengine",
         ),
         (
-            {"minimumDeployment": {"type": "replica", "value": 1},
-             "maximumDeployment": {"type": "pdengine", "value": 4}},
-            "spec.maximumDeployment", "both be pdengine",
+            {
+                "minimumDeployment": {"type": "replica", "value": 1},
+                "maximumDeployment": {"type": "pdengine", "value": 4},
+            },
+            "spec.maximumDeployment",
+            "both be pdengine",
         ),
         (
-            {"minimumDeployment": {"type": "pdengine", "value": 1},
-             "maximumDeployment": {"type": "pdengine", "value": 1}},
-            "spec.maximumDeployment.value", "must not be 1",
+            {
+                "minimumDeployment": {"type": "pdengine", "value": 1},
+                "maximumDeployment": {"type": "pdengine", "value": 1},
+            },
+            "spec.maximumDeployment.value",
+            "must not be 1",
         ),
         (
-            {"minimumDeployment": {"type": "replica", "value": 3},
-             "maximumDeployment": {"type": "replica", "value": 2}},
-            "spec.maximumDeployment.value", "not be below",
+            {
+                "minimumDeployment": {"type": "replica", "value": 3},
+                "maximumDeployment": {"type": "replica", "value": 2},
+            },
+            "spec.maximumDeployment.value",
+            "not be below",
         ),
     ],
 )
@@ -52,11 +64,22 @@ def test_each_cel_rule_is_enforced_with_a_field(
 
 
 def test_valid_pdengine_and_zero_bounds_are_accepted(admin: Admin, namespace: str) -> None:
-    admin.create(crs.llm(namespace, "pd", minimumDeployment={"type": "pdengine", "value": 0},
-                         maximumDeployment={"type": "pdengine", "value": 2}))
-    stored = admin.create(crs.llm(namespace, "zero",
-                                  minimumDeployment={"type": "replica", "value": 0},
-                                  maximumDeployment={"type": "replica", "value": 0}))
+    admin.create(
+        crs.llm(
+            namespace,
+            "pd",
+            minimumDeployment={"type": "pdengine", "value": 0},
+            maximumDeployment={"type": "pdengine", "value": 2},
+        )
+    )
+    stored = admin.create(
+        crs.llm(
+            namespace,
+            "zero",
+            minimumDeployment={"type": "replica", "value": 0},
+            maximumDeployment={"type": "replica", "value": 0},
+        )
+    )
     assert stored["spec"]["maximumDeployment"] == {"type": "replica", "value": 0}
 
 
@@ -80,8 +103,14 @@ def test_modelpool_swap_policy_enum_and_status_subresource(admin: Admin, namespa
     created = admin.create(crs.pool(namespace, "p", ["a", "b"]))
     assert created["spec"]["swapBudget"] == "300s"
     assert created["spec"]["gpu"] == 1
-    admin.merge_patch(crs.POOL, "ModelPool", namespace, "p",
-                      {"status": {"phase": "Ready", "residentMember": "a"}}, subresource="status")
+    admin.merge_patch(
+        crs.POOL,
+        "ModelPool",
+        namespace,
+        "p",
+        {"status": {"phase": "Ready", "residentMember": "a"}},
+        subresource="status",
+    )
     assert admin.get(crs.POOL, "ModelPool", namespace, "p")["status"]["residentMember"] == "a"
 
 
@@ -100,13 +129,20 @@ def test_slo_api_service_account_has_exactly_its_verbs(
         ):
             assert sa.get(api, kind, namespace, name)["metadata"]["name"] == name
             assert any(o["metadata"]["name"] == name for o in sa.list(api, kind))
-            watched = sa.request("GET", sa.path(api, kind), params={"watch": "1",
-                                                                   "timeoutSeconds": "1"})
+            watched = sa.request(
+                "GET", sa.path(api, kind), params={"watch": "1", "timeoutSeconds": "1"}
+            )
             assert watched is not None
             sa.merge_patch(api, kind, namespace, name, {"metadata": {"labels": {"seen": "yes"}}})
             with pytest.raises(AdminError) as created:
-                sa.create({"apiVersion": api, "kind": kind,
-                           "metadata": {"name": "new", "namespace": namespace}, "spec": {}})
+                sa.create(
+                    {
+                        "apiVersion": api,
+                        "kind": kind,
+                        "metadata": {"name": "new", "namespace": namespace},
+                        "spec": {},
+                    }
+                )
             assert created.value.status == 403
             with pytest.raises(AdminError) as deleted:
                 sa.delete(api, kind, namespace, name)

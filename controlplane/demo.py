@@ -1,0 +1,181 @@
+"""`python -m controlplane demo`: a control plane with the sample CRs, and slo-api serving them.
+
+The browser tests reuse the pieces: `load_samples`, `apply_samples`, `start_service` and
+`wait_ready`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from controlplane.admin import Admin, AdminError, Obj, load_yaml_dir
+from controlplane.cluster import CONFIG, REPO, Cluster
+from controlplane.server import StartError, _die_with_parent
+
+SAMPLES = CONFIG / "samples"
+
+
+class ServiceError(RuntimeError):
+    """slo-api did not become ready, or exited."""
+
+
+def load_samples(directory: Path = SAMPLES) -> list[Obj]:
+    return load_yaml_dir(directory)
+
+
+def apply_samples(admin: Admin, objs: Iterable[Obj]) -> list[Obj]:
+    """Apply each object without its status, then write any status through the subresource.
+
+    The API server ignores `status` on the main resource of a kind with a status subresource,
+    so a ModelPool's observed state (normally its controller's) needs its own merge patch.
+    """
+    objs = list(objs)
+    applied = [admin.apply({k: v for k, v in obj.items() if k != "status"}) for obj in objs]
+    for obj in objs:
+        if obj.get("status"):
+            meta = obj["metadata"]
+            admin.merge_patch(
+                obj["apiVersion"],
+                obj["kind"],
+                meta.get("namespace"),
+                meta["name"],
+                {"status": obj["status"]},
+                subresource="status",
+            )
+    return applied
+
+
+def start_service(
+    kubeconfig: Path,
+    port: int,
+    token: str,
+    host: str = "127.0.0.1",
+    log_format: str = "console",
+    stdout: IO[bytes] | None = None,
+) -> subprocess.Popen[bytes]:
+    """slo-api as a child process (`python -m slo_api`), in its own session.
+
+    Its own session keeps a terminal's Ctrl-C away from it, so the parent stops it first and
+    then the control plane; if the parent dies, the kernel sends it SIGTERM.
+    """
+    env = {
+        **os.environ,
+        "SLO_API_TOKEN": token,
+        "KUBECONFIG": str(kubeconfig),
+        "PORT": str(port),
+        "HOST": host,
+        "LOG_FORMAT": log_format,
+    }
+    env.pop("SLO_API_TOKENS_FILE", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "slo_api"],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout is not None else None,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Poll `GET {url}/readyz` until 200; fail early if the process exits."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    with httpx.Client(timeout=2) as http:
+        while time.monotonic() < deadline:
+            code = process.poll()
+            if code is not None:
+                raise ServiceError(f"slo-api exited with code {code} before it was ready")
+            try:
+                response = http.get(f"{url}/readyz")
+                if response.status_code == 200:
+                    return
+                last = f"{response.status_code} {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            time.sleep(0.2)
+    raise ServiceError(f"slo-api was not ready after {timeout:.0f}s (last: {last})")
+
+
+def stop_service(process: subprocess.Popen[bytes], timeout: float = 20) -> int | None:
+    """SIGTERM, wait for a graceful stop, then kill. Returns the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def write_env(path: Path, url: str, token: str, kubeconfig: Path) -> None:
+    lines = [
+        f"export SLO_API_URL={shlex.quote(url)}",
+        f"export SLO_API_TOKEN={shlex.quote(token)}",
+        f"export KUBECONFIG={shlex.quote(str(kubeconfig))}",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_demo(directory: Path, port: int) -> int:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    directory = directory.resolve()
+    cluster = Cluster()
+    service: subprocess.Popen[bytes] | None = None
+    code = 0
+    try:
+        cluster.start(kubeconfig_dir=directory)
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        creds = cluster.credentials
+        apply_samples(cluster.admin, load_samples())
+        token = secrets.token_urlsafe(24)
+        url = f"http://127.0.0.1:{port}"
+        service = start_service(creds.slo_api_kubeconfig, port, token)
+        wait_ready(url, service)
+        env_file = directory / "env"
+        write_env(env_file, url, token, creds.admin_kubeconfig)
+        print(
+            "\nslo-api demo is ready (sample CRs from config/samples)\n"
+            f"  page:       {url}/demo-webui\n"
+            f"  token:      {token}\n"
+            f"  shell:      source {env_file}\n"
+            '  try:        curl -H "Authorization: Bearer $SLO_API_TOKEN" $SLO_API_URL/config\n'
+            f"  kubeconfig: {creds.admin_kubeconfig} (admin; e.g. kubectl get llmslo -A)\n"
+            "Ctrl-C stops slo-api and the control plane.\n",
+            flush=True,
+        )
+        exit_code = service.wait()
+        print(f"slo-api exited with code {exit_code}; stopping the control plane", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("\nstopping slo-api and the control plane", file=sys.stderr)
+    except (StartError, ServiceError, AdminError) as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if service is not None:
+            stop_service(service)
+        cluster.stop()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return code

@@ -1,0 +1,78 @@
+"""Exception handlers: every error, FastAPI's and Starlette's included, in one envelope."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from slo_api.errors import CODES, ApiError
+from slo_api.kinds.base import field_path
+
+log = logging.getLogger("slo_api.api")
+
+
+def error_response(exc: ApiError) -> Response:
+    headers = dict(exc.headers)
+    if exc.status == 401:
+        headers.setdefault("WWW-Authenticate", 'Bearer realm="slo-api"')
+    return Response(
+        orjson.dumps(exc.body()),
+        status_code=exc.status,
+        headers=headers,
+        media_type="application/json",
+    )
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        message = f"no such path: {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(
+        ApiError(
+            exc.status_code,
+            message,
+            headers=dict(exc.headers or {}),
+            code=CODES.get(exc.status_code, "error"),
+        )
+    )
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    causes = []
+    for error in exc.errors():
+        loc = tuple(error.get("loc", ()))
+        field = field_path(
+            loc[1:] if loc and loc[0] in ("query", "path", "header", "body") else loc
+        )
+        causes.append({"field": field, "message": f"{field}: {error.get('msg')}"})
+    first = causes[0] if causes else {"field": "", "message": "invalid request"}
+    return error_response(
+        ApiError(400, first["message"], field=first["field"] or None, causes=causes)
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error")
+    return error_response(ApiError(500, "internal error; the request id is in the logs"))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)

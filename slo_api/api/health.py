@@ -1,0 +1,83 @@
+"""Probes, metrics and the demo page: no token needed."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import orjson
+from fastapi import APIRouter, Response
+from fastapi.responses import FileResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from slo_api.api.deps import RuntimeDep
+from slo_api.errors import ApiError
+
+router = APIRouter()
+STATIC = resources.files("slo_api") / "static"
+ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+
+
+@router.get("/healthz", tags=["operations"], operation_id="healthz", summary="Liveness")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    tags=["operations"],
+    operation_id="readyz",
+    summary="Readiness: 200 once every kind has synced, 503 while loading or stopping",
+    responses={503: {"description": "Not ready; `reason` says why."}},
+)
+async def readyz(rt: RuntimeDep) -> Response:
+    kinds = {
+        name: {"synced": synced, "present": present, "objects": count}
+        for name, synced, present, count, _ in rt.kind_states()
+    }
+    reason = rt.not_ready_reason()
+    body = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
+    if reason is not None:
+        body["reason"] = reason
+    return Response(
+        orjson.dumps(body),
+        status_code=200 if reason is None else 503,
+        media_type="application/json",
+    )
+
+
+@router.get(
+    "/metrics",
+    tags=["operations"],
+    operation_id="metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+)
+async def metrics(rt: RuntimeDep) -> Response:
+    return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/demo-webui",
+    tags=["operations"],
+    operation_id="demoPage",
+    summary="The demo page",
+    response_class=Response,
+)
+async def demo_page() -> Response:
+    return _static("index.html", "text/html; charset=utf-8")
+
+
+@router.get(
+    "/demo-webui/{asset}", tags=["operations"], operation_id="demoAsset", include_in_schema=False
+)
+async def demo_asset(asset: str) -> Response:
+    if asset not in ASSETS:
+        raise ApiError(404, f"no such asset: {asset}")
+    return _static(asset, ASSETS[asset])
+
+
+def _static(name: str, media_type: str) -> Response:
+    path = STATIC / name
+    if not path.is_file():
+        raise ApiError(404, f"the demo page is not installed ({name})")
+    return FileResponse(str(path), media_type=media_type, headers={"Cache-Control": "no-cache"})

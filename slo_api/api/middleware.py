@@ -1,0 +1,100 @@
+"""Pure ASGI middleware: request ids, the body-size limit, request metrics and one log line."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from slo_api.errors import ApiError
+from slo_api.logs import request_id
+from slo_api.metrics import Metrics
+
+log = logging.getLogger("slo_api.request")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestMiddleware:
+    """Outermost layer: tags each request with an id and records how it went."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
+        rid = sent_id if _SAFE_ID.match(sent_id) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            declared = headers.get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                # Refused before reading a byte of it.
+                await _reject(send_with_id, ApiError(413, self._too_large()))
+                return
+            await self.app(scope, self._limited(receive), send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], template, str(status)).inc()
+            self.metrics.latency.labels(scope["method"], template).observe(elapsed)
+            if template not in ("/healthz", "/readyz", "/metrics"):
+                log.info(
+                    "%s %s -> %d",
+                    scope["method"],
+                    template,
+                    status,
+                    extra={"status": status, "duration_ms": round(elapsed * 1000, 1)},
+                )
+            request_id.reset(token)
+
+    def _too_large(self) -> str:
+        return f"the request body is larger than {self.max_body_bytes} bytes"
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    # Raised into the endpoint's body read; the error handler answers 413.
+                    raise ApiError(413, self._too_large())
+            return message
+
+        return limited
+
+
+async def _reject(send: Send, error: ApiError) -> None:
+    import orjson
+
+    body = orjson.dumps(error.body())
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

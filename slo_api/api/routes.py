@@ -1,0 +1,210 @@
+"""`/routes/{route}`, its `/config/{route}` twin, and the paginated `/config` list."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+
+from slo_api.api.deps import ReadRole, RuntimeDep, ServiceDep, WriteRole
+from slo_api.api.schema import (
+    CONFIG_RESPONSES,
+    DELETE_RESPONSES,
+    GET_RESPONSES,
+    PUT_BODY,
+    PUT_RESPONSES,
+)
+from slo_api.errors import ApiError, invalid
+from slo_api.jsonbody import parse_object
+from slo_api.service import Result, parse_if_match
+
+router = APIRouter()
+audit = logging.getLogger("slo_api.audit")
+
+MAX_ROUTE = 253
+RouteName = Annotated[str, Path(description="The route: an LLM or job serviceId, or a pool name.")]
+DryRun = Annotated[bool, Query(alias="dryRun", description="Validate fully; store nothing.")]
+IfMatch = Annotated[str | None, Header(alias="If-Match", description="A strong ETag, or *.")]
+IfNoneMatch = Annotated[str | None, Header(alias="If-None-Match")]
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(body), status_code=status, headers=headers, media_type="application/json"
+    )
+
+
+def _check_route(route: str) -> None:
+    if len(route) > MAX_ROUTE:
+        raise invalid(f"route names are at most {MAX_ROUTE} characters", field="route")
+    if any(ord(c) < 32 or ord(c) == 127 for c in route):
+        raise invalid("route names cannot contain control characters", field="route")
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if if_none_match is None:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag.removeprefix("W/") in tags
+
+
+def _audit(
+    request: Request,
+    route: str,
+    role: str,
+    dry_run: bool,
+    outcome: int,
+    result: Result | None,
+    kind: str | None,
+) -> None:
+    audit.info(
+        "%s %s",
+        request.method,
+        "dry run" if dry_run else "write",
+        extra={
+            "audit": True,
+            "route": route,
+            "kind": kind,
+            "method": request.method,
+            "fields": result.changed if result else None,
+            "dry_run": dry_run,
+            "role": role,
+            "outcome": outcome,
+        },
+    )
+
+
+async def get_route(
+    route: RouteName, svc: ServiceDep, role: ReadRole, if_none_match: IfNoneMatch = None
+) -> Response:
+    _check_route(route)
+    result = await svc.read(route)
+    if _matches(if_none_match, result.etag):
+        return Response(status_code=304, headers={"ETag": result.etag})
+    return _json(result.body, headers={"ETag": result.etag})
+
+
+async def put_route(
+    route: RouteName,
+    request: Request,
+    svc: ServiceDep,
+    role: WriteRole,
+    dry_run: DryRun = False,
+    if_match: IfMatch = None,
+) -> Response:
+    _check_route(route)
+    kind = _kind_of(svc, route)
+    result: Result | None = None
+    outcome = 500
+    try:
+        content_type = request.headers.get("content-type")
+        if content_type and content_type.split(";")[0].strip().lower() not in (
+            "application/json",
+            "application/merge-patch+json",
+        ):
+            raise ApiError(415, "send the body as application/json")
+        data = parse_object(await request.body())
+        result = await svc.write(route, data, if_match=parse_if_match(if_match), dry_run=dry_run)
+        outcome = 200
+        return _json(result.body, headers={"ETag": result.etag})
+    except ApiError as exc:
+        outcome = exc.status
+        raise
+    finally:
+        _audit(request, route, role, dry_run, outcome, result, kind)
+
+
+async def delete_route(
+    route: RouteName,
+    request: Request,
+    svc: ServiceDep,
+    role: WriteRole,
+    dry_run: DryRun = False,
+    if_match: IfMatch = None,
+) -> Response:
+    _check_route(route)
+    kind = _kind_of(svc, route)
+    result: Result | None = None
+    outcome = 500
+    try:
+        result = await svc.reset(route, if_match=parse_if_match(if_match), dry_run=dry_run)
+        if dry_run:
+            outcome = 200
+            return _json(result.body, headers={"ETag": result.etag})
+        outcome = 204
+        return Response(status_code=204, headers={"ETag": result.etag})
+    except ApiError as exc:
+        outcome = exc.status
+        raise
+    finally:
+        _audit(request, route, role, dry_run, outcome, result, kind)
+
+
+def _kind_of(svc: Any, route: str) -> str | None:
+    claims = svc.index.claims(route)
+    return svc.kinds[claims[0][0]].name if len(claims) == 1 else None
+
+
+for prefix, tag, suffix in (
+    ("/routes", "routes", ""),
+    ("/config", "config (compatible)", "Config"),
+):
+    path = prefix + "/{route:path}"
+    router.add_api_route(
+        path,
+        get_route,
+        methods=["GET"],
+        tags=[tag],
+        operation_id=f"getRoute{suffix}",
+        responses=GET_RESPONSES,
+        summary="Read one route, fresh from the API server",
+    )
+    router.add_api_route(
+        path,
+        put_route,
+        methods=["PUT"],
+        tags=[tag],
+        operation_id=f"putRoute{suffix}",
+        responses=PUT_RESPONSES,
+        openapi_extra=PUT_BODY,
+        summary="Merge the body's fields into the route's CR",
+    )
+    router.add_api_route(
+        path,
+        delete_route,
+        methods=["DELETE"],
+        tags=[tag],
+        operation_id=f"deleteRoute{suffix}",
+        responses=DELETE_RESPONSES,
+        status_code=204,
+        summary="Reset the client-owned fields to the CRD defaults",
+    )
+
+
+@router.get(
+    "/config",
+    tags=["config (compatible)"],
+    operation_id="listRoutes",
+    responses=CONFIG_RESPONSES,
+    summary="Every route, paginated, from the index",
+)
+async def list_routes(
+    rt: RuntimeDep,
+    role: ReadRole,
+    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
+    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
+    kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
+    view: Annotated[Literal["summary", "full"], Query()] = "summary",
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    if not rt.ready():
+        raise ApiError(503, "the index is still loading", code="not_ready")
+    total, items = rt.service.page(page, page_size, kind, full=view == "full")
+    body = orjson.dumps({"items": items, "total": total, "page": page, "pageSize": page_size})
+    etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+    if _matches(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag})

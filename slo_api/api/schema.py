@@ -1,0 +1,143 @@
+"""OpenAPI documentation of the bodies, which the routes parse by hand (the kind decides)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from slo_api.kinds.job import JobBody
+from slo_api.kinds.llm import LLMBody
+from slo_api.kinds.pool import PoolBody
+
+
+class ErrorCause(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(
+        description="invalid_request, unauthorized, forbidden, not_found, "
+        "method_not_allowed, conflict, precondition_failed, "
+        "payload_too_large, unsupported_media_type, not_ready, "
+        "upstream_error, upstream_timeout or internal_error"
+    )
+    message: str
+    field: str | None = None
+    causes: list[ErrorCause] | None = None
+
+
+class Error(BaseModel):
+    """The one envelope of every error."""
+
+    error: ErrorDetail
+
+
+class Summary(BaseModel):
+    """One route in `GET /config`: the fields that apply to its kind, or `ambiguous`."""
+
+    route: str
+    kind: str | None = None
+    highPriority: bool | None = None
+    priority: int | None = None
+    minimumDeployment: dict[str, Any] | None = None
+    maximumDeployment: dict[str, Any] | None = None
+    swapPolicy: str | None = None
+    swapBudget: str | None = None
+    residentMember: str | None = None
+    ambiguous: bool | None = None
+    kinds: list[str] | None = None
+    count: int | None = None
+
+
+class ConfigPage(BaseModel):
+    items: list[dict[str, Any]] = Field(
+        description="Summaries, or with view=full the bodies GET /routes/{route} answers"
+    )
+    total: int
+    page: int
+    pageSize: int
+
+
+MODELS: list[type[BaseModel]] = [LLMBody, JobBody, PoolBody, Error, Summary, ConfigPage]
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+ROUTE_BODY = {"oneOf": [ref("LLMBody"), ref("JobBody"), ref("PoolBody")]}
+_ERROR = {"application/json": {"schema": ref("Error")}}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        304: "Not modified (If-None-Match matched)",
+        400: "Invalid request",
+        401: "Missing or wrong token",
+        403: "A read token on a write",
+        404: "No such route",
+        409: "The route is claimed by more than one CR",
+        412: "If-Match did not match",
+        413: "Body too large",
+        415: "Body not JSON",
+        502: "The API server failed",
+        503: "Not ready",
+        504: "The API server timed out",
+    }
+    return {c: {"description": text[c], **({} if c == 304 else {"content": _ERROR})} for c in codes}
+
+
+_COMMON = (400, 401, 404, 409, 502, 504)
+_ETAG = {"ETag": {"description": "The CR's resourceVersion, quoted", "schema": {"type": "string"}}}
+GET_RESPONSES = {
+    200: {
+        "description": "The route",
+        "headers": _ETAG,
+        "content": {"application/json": {"schema": ROUTE_BODY}},
+    },
+    **_errors(304, *_COMMON),
+}
+PUT_RESPONSES = {
+    200: {
+        "description": "The stored (or, with dryRun, would-be) route",
+        "headers": _ETAG,
+        "content": {"application/json": {"schema": ROUTE_BODY}},
+    },
+    **_errors(*_COMMON, 403, 412, 413, 415),
+}
+DELETE_RESPONSES = {
+    204: {"description": "Reset", "headers": _ETAG},
+    200: {
+        "description": "With dryRun: the would-be route",
+        "content": {"application/json": {"schema": ROUTE_BODY}},
+    },
+    **_errors(*_COMMON, 403, 412),
+}
+CONFIG_RESPONSES = {
+    200: {
+        "description": "A page of routes (weak ETag over the page)",
+        "content": {"application/json": {"schema": ref("ConfigPage")}},
+    },
+    **_errors(304, 400, 401, 503),
+}
+PUT_BODY = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": ROUTE_BODY}}}
+}
+
+
+def add_components(openapi: dict[str, Any]) -> dict[str, Any]:
+    schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
+    for model in MODELS:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    openapi["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, operations in openapi.get("paths", {}).items():
+        if path.startswith(("/routes", "/config")):
+            for operation in operations.values():
+                operation["security"] = [{"bearer": []}]
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+    return openapi

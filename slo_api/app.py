@@ -1,0 +1,64 @@
+"""The FastAPI application: its lifespan runs one watch loop per kind."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from slo_api import __version__
+from slo_api.api import errors, health, routes
+from slo_api.api.middleware import RequestMiddleware
+from slo_api.api.schema import add_components
+from slo_api.metrics import Metrics
+from slo_api.runtime import KubeFactory, Runtime, connect_kube
+from slo_api.settings import Settings
+
+DESCRIPTION = (
+    "A REST front door onto the Kubernetes custom resources that hold the SLOs of LLM and job "
+    "inference services and the GPU-slot pools they share. Routes are addressed by name; "
+    "writes are JSON merge patches of the client-owned fields only."
+)
+
+
+def create_app(
+    settings: Settings | None = None, kube_factory: KubeFactory | None = None
+) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+    connect = kube_factory or connect_kube
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime(settings, await connect(settings, metrics), metrics)
+        app.state.runtime = runtime
+        runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    app = FastAPI(
+        title="slo-api",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(routes.router)
+    app.include_router(health.router)
+    app.add_middleware(RequestMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_components(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

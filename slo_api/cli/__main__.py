@@ -1,0 +1,182 @@
+"""sloctl: read and change slo-api routes from a terminal.
+
+See ``slo_api.cli`` for the exit codes; ``sloctl --help`` lists them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from slo_api.cli import commands
+from slo_api.cli.client import SloClient
+from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
+from slo_api.cli.output import FORMATS
+
+DEFAULT_TIMEOUT = 10.0
+
+Command = Callable[[SloClient, argparse.Namespace], int]
+
+ENVIRONMENT_HELP = """\
+environment:
+  SLO_API_URL    server base URL, e.g. http://localhost:8080 (or --server)
+  SLO_API_TOKEN  bearer token (or --token; the environment keeps it out of the process list)"""
+
+SET_HELP = """\
+keys (dotted paths as `sloctl get` shows them):
+  priority=10                 0..10; highPriority=true is the same as priority=10
+  highPriority=false          priority 0
+  min=2  min=replica:2        minimumDeployment; N alone means type replica
+  max=pdengine:2  max=null    maximumDeployment; null asks to remove it
+  minimumDeployment.value=3   any dotted path into the body
+  ttft.default.p90=0.8        the threshold of that metric type, added if absent; null removes it
+  otps.default.avg=20
+  ttft.ranges.0.p99=3         a numeric segment indexes a list
+  ttft.ranges=[]              JSON values work: [], {...}, "quoted string"
+  queue.maxDepth=20  queue.promql='sum(jobs_pending)'
+  pool.default=chat-7b  pool.swapPolicy=sticky  pool.swapBudget=90s  pool.reclaimAfter=5m
+
+Values that read as JSON (numbers, true/false, null, [..], {..}, "..") are sent as JSON,
+anything else as a string. set reads the route, changes it, and sends only the changed
+top-level fields (a changed section such as ttft goes whole) with If-Match; if the route
+changed meanwhile it re-reads and retries up to 3 times."""
+
+
+def _common_options() -> argparse.ArgumentParser:
+    # SUPPRESS as the default lets an option be given before or after the command name
+    # without the subcommand's default overwriting the value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and output")
+    group.add_argument(
+        "--server", default=argparse.SUPPRESS, help="slo-api base URL (default: $SLO_API_URL)"
+    )
+    group.add_argument(
+        "--token", default=argparse.SUPPRESS, help="bearer token (default: $SLO_API_TOKEN)"
+    )
+    group.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help=f"per-request timeout (default: {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default=argparse.SUPPRESS,
+        help="output format (default: table)",
+    )
+    return common
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    formatter = argparse.RawDescriptionHelpFormatter
+    epilog = f"{EXIT_CODES_HELP}\n\n{ENVIRONMENT_HELP}"
+    parser = argparse.ArgumentParser(
+        prog="sloctl",
+        description="Read and change the SLO settings of inference routes through slo-api.",
+        epilog=epilog,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(
+        name: str, help_text: str, handler: Command, extra: str = ""
+    ) -> argparse.ArgumentParser:
+        command = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=f"{extra}\n\n{epilog}" if extra else epilog,
+            formatter_class=formatter,
+            parents=[common],
+        )
+        command.set_defaults(handler=handler)
+        return command
+
+    listing = add(
+        "list", "list every route with its priority, bounds and pool state", commands.cmd_list
+    )
+    listing.add_argument("--kind", choices=("llm", "job", "pool"), help="only routes of this kind")
+
+    get = add("get", "show one route", commands.cmd_get)
+    get.add_argument("route", help="route name")
+
+    setter = add("set", "change fields of one route", commands.cmd_set, SET_HELP)
+    setter.add_argument("route", help="route name")
+    setter.add_argument("assignments", nargs="+", metavar="key=value")
+    setter.add_argument(
+        "--force", action="store_true", help="write without If-Match, over concurrent changes"
+    )
+    _dry_run(setter)
+
+    apply = add(
+        "apply",
+        "send route bodies from a file",
+        commands.cmd_apply,
+        "The file holds one body, a list of bodies, or several YAML documents; each body has\n"
+        "a route. Each is sent as a PUT as given: fields left out keep their stored values,\n"
+        "a section sent (ttft, otps, queue) replaces the stored one. `sloctl get ROUTE -o yaml`\n"
+        "gives a body to edit and apply.",
+    )
+    apply.add_argument(
+        "-f", "--filename", required=True, metavar="FILE", help="JSON or YAML file; - for stdin"
+    )
+    _dry_run(apply)
+
+    reset = add(
+        "reset",
+        "reset a route's client-owned fields to their defaults (the route stays)",
+        commands.cmd_reset,
+    )
+    reset.add_argument("route", help="route name")
+    _dry_run(reset)
+    return parser
+
+
+def _dry_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="have the server validate only; nothing is stored"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    server = getattr(args, "server", None) or os.environ.get("SLO_API_URL")
+    token = getattr(args, "token", None) or os.environ.get("SLO_API_TOKEN")
+    args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
+    args.output = getattr(args, "output", "table")
+    handler: Command = args.handler
+    try:
+        if not server:
+            raise usage("no server: pass --server or set SLO_API_URL")
+        with SloClient(server, token, args.timeout) as client:
+            return handler(client, args)
+    except CliError as exc:
+        commands.report_error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""A small synchronous client for the slo-api HTTP contract."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from slo_api.cli.errors import CliError, ExitCode, usage
+
+Body = dict[str, Any]
+
+PAGE_SIZE = (
+    200  # the largest page the API serves, so a listing takes as few round trips as possible
+)
+
+_EXIT_BY_STATUS = {
+    401: ExitCode.AUTH,
+    403: ExitCode.AUTH,
+    404: ExitCode.NOT_FOUND,
+    409: ExitCode.CONFLICT,
+    412: ExitCode.CONFLICT,
+}
+
+_HINTS = {
+    401: "pass --token or set SLO_API_TOKEN",
+    403: "the token may be read-only; writes need a write token",
+}
+
+
+def exit_code_for(status: int) -> ExitCode:
+    if status in _EXIT_BY_STATUS:
+        return _EXIT_BY_STATUS[status]
+    if 400 <= status < 500:
+        return ExitCode.USAGE
+    return ExitCode.SERVER
+
+
+def encode_body(body: Any) -> bytes:
+    """JSON-encode a request body, refusing what JSON cannot carry (NaN, YAML dates)."""
+    try:
+        return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise usage(f"the body cannot be sent as JSON: {exc}") from None
+
+
+class SloClient:
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        timeout: float,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not server.startswith(("http://", "https://")):
+            raise usage(f"--server must be an http:// or https:// URL, got {server!r}")
+        # Keep any path prefix: a gateway may serve the API under one.
+        self.server = server.rstrip("/")
+        self.timeout = timeout
+        headers = {"Accept": "application/json", "User-Agent": "sloctl"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout), transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SloClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def list_summaries(self, kind: str | None = None) -> list[Body]:
+        """Every route summary, walking the pages until `total` items are read."""
+        items: list[Body] = []
+        seen: set[str] = set()
+        page = 1
+        while True:
+            params: dict[str, str | int] = {"page": page, "pageSize": PAGE_SIZE}
+            if kind:
+                params["kind"] = kind
+            data = self._json_object(self._send("GET", "/config", params=params))
+            batch, total = data.get("items"), data.get("total")
+            if not isinstance(batch, list) or not isinstance(total, int):
+                raise CliError(
+                    "the server's /config answer has no items/total; is --server an slo-api?",
+                    ExitCode.SERVER,
+                )
+            for item in batch:
+                # Routes added or removed between pages shift the window; skip repeats.
+                route = item.get("route") if isinstance(item, dict) else None
+                if isinstance(route, str) and route not in seen:
+                    seen.add(route)
+                    items.append(item)
+            if not batch or len(items) >= total:
+                return items
+            page += 1
+
+    def get(self, route: str) -> tuple[Body, str | None]:
+        response = self._send("GET", self._route_path(route))
+        return self._json_object(response), response.headers.get("ETag")
+
+    def put(
+        self, route: str, body: Body, *, if_match: str | None = None, dry_run: bool = False
+    ) -> Body:
+        headers = {"Content-Type": "application/json"}
+        if if_match:
+            headers["If-Match"] = if_match
+        response = self._send(
+            "PUT",
+            self._route_path(route),
+            params=_dry_run(dry_run),
+            content=encode_body(body),
+            headers=headers,
+        )
+        return self._json_object(response)
+
+    def delete(self, route: str, *, dry_run: bool = False) -> Body | None:
+        """Reset a route; the would-be (dry run) or stored body when the server sends one."""
+        response = self._send("DELETE", self._route_path(route), params=_dry_run(dry_run))
+        if response.status_code == 204 or not response.content:
+            return None
+        return self._json_object(response)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _route_path(route: str) -> str:
+        # safe="" so a "/" or "?" in a route name cannot change the path.
+        return "/routes/" + quote(route, safe="")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str | int] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = self._http.request(
+                method, self.server + path, params=params, content=content, headers=headers
+            )
+        except httpx.TimeoutException:
+            raise CliError(
+                f"no answer from {self.server} within {self.timeout:g}s (raise --timeout?)",
+                ExitCode.SERVER,
+            ) from None
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise usage(f"bad server URL {self.server!r}: {exc}") from None
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot connect to {self.server}: {exc}", ExitCode.SERVER) from None
+        except httpx.HTTPError as exc:
+            raise CliError(f"talking to {self.server} failed: {exc}", ExitCode.SERVER) from None
+        if response.status_code >= 300:
+            raise error_from_response(response)
+        return response
+
+    def _json_object(self, response: httpx.Response) -> Body:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise CliError(
+                f"{self.server} answered HTTP {response.status_code} without a JSON object; "
+                "is --server an slo-api?",
+                ExitCode.SERVER,
+                status=response.status_code,
+            )
+        return data
+
+
+def _dry_run(dry_run: bool) -> dict[str, str | int] | None:
+    return {"dryRun": "true"} if dry_run else None
+
+
+def error_from_response(response: httpx.Response) -> CliError:
+    """Turn an error answer into a CliError carrying the API's message, field and causes."""
+    status = response.status_code
+    exit_code = exit_code_for(status)
+    try:
+        envelope = response.json()
+    except ValueError:
+        envelope = None
+    error = envelope.get("error") if isinstance(envelope, dict) else None
+    message: str | None = None
+    field: str | None = None
+    details: list[str] = []
+    if isinstance(error, dict):
+        message = _text(error.get("message")) or _text(error.get("code"))
+        field = _text(error.get("field"))
+        causes = error.get("causes")
+        # One cause is the message itself; several are worth listing.
+        if isinstance(causes, list) and len(causes) > 1:
+            details.extend(c for c in map(_cause_text, causes) if c and c != message)
+    elif isinstance(error, str):
+        message = error
+    if not message:
+        snippet = " ".join(response.text.split())[:200]
+        message = f"HTTP {status} {response.reason_phrase}" + (f": {snippet}" if snippet else "")
+    if status in _HINTS:
+        details.append("hint: " + _HINTS[status])
+    return CliError(message, exit_code, status=status, field=field, details=tuple(details))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _cause_text(cause: Any) -> str | None:
+    if isinstance(cause, str):
+        return cause
+    if isinstance(cause, dict):
+        message = _text(cause.get("message")) or _text(cause.get("reason")) or ""
+        field = _text(cause.get("field"))
+        return f"{field}: {message}" if field else message or None
+    return None

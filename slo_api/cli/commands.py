@@ -1,0 +1,172 @@
+"""What each sloctl command does, given parsed arguments and a client."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from slo_api.cli import output
+from slo_api.cli.client import Body, SloClient
+from slo_api.cli.errors import CliError, ExitCode, usage
+from slo_api.cli.keys import apply_assignment, changed_fields, parse_assignment
+
+# A 412 means someone wrote between our GET and PUT; re-reading and re-applying is safe because
+# the edit is expressed as key=value changes, not as a whole body.
+MAX_RETRIES = 3
+
+
+def warn(message: str) -> None:
+    print(f"sloctl: {message}", file=sys.stderr)
+
+
+def show(data: Any, fmt: str) -> None:
+    print(output.dump(data, fmt))
+
+
+def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
+    items = client.list_summaries(args.kind)
+    if args.output != "table":
+        show(items, args.output)
+    elif items:
+        print(output.summaries_table(items))
+    else:
+        warn("no routes found")
+    return ExitCode.OK
+
+
+def cmd_get(client: SloClient, args: argparse.Namespace) -> int:
+    body, _ = client.get(args.route)
+    if args.output == "table":
+        print(output.key_values(output.flatten(body)))
+    else:
+        show(body, args.output)
+    return ExitCode.OK
+
+
+def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
+    route: str = args.route
+    # Parse everything before the first request, so a typo costs no round trip.
+    assignments = [parse_assignment(text) for text in args.assignments]
+    for attempt in range(MAX_RETRIES + 1):
+        before, etag = client.get(route)
+        after = copy.deepcopy(before)
+        for assignment in assignments:
+            apply_assignment(after, assignment)
+        fields = changed_fields(before, after)
+        if not fields:
+            if args.output == "table":
+                print(f"{route}: unchanged, nothing sent")
+            else:
+                show(before, args.output)
+            return ExitCode.OK
+        # Only the changed fields: a section sent replaces the stored one, so it goes whole,
+        # and fields left out keep whatever someone else wrote meanwhile.
+        patch: Body = {"route": route}
+        patch.update((field, after[field]) for field in fields)
+        if_match = None if args.force else etag
+        if not args.force and not etag and attempt == 0:
+            warn("the server sent no ETag; writing without If-Match")
+        try:
+            stored = client.put(route, patch, if_match=if_match, dry_run=args.dry_run)
+        except CliError as exc:
+            if exc.status != 412:
+                raise
+            if attempt < MAX_RETRIES:
+                warn(f"{route} changed since it was read; retrying")
+                continue
+            raise CliError(
+                f"{route} kept changing while being edited; gave up after {attempt + 1} tries",
+                ExitCode.CONFLICT,
+                status=412,
+                details=("hint: retry, or pass --force to write without If-Match",),
+            ) from None
+        if args.output == "table":
+            print(f"{route}: {'would be updated (dry run)' if args.dry_run else 'updated'}")
+            print("\n".join(output.changes(before, stored)) or "  (no visible change)")
+        else:
+            show(stored, args.output)
+        return ExitCode.OK
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
+def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
+    bodies, many = load_bodies(args.filename)
+    results: list[Body] = []
+    failure: CliError | None = None
+    for body in bodies:
+        route = body["route"]
+        try:
+            stored = client.put(route, body, dry_run=args.dry_run)
+        except CliError as exc:
+            # Server trouble would fail every remaining body the same way; a refused body does not.
+            if exc.exit_code == ExitCode.SERVER:
+                raise
+            report_error(exc, prefix=f"{route}: ")
+            failure = failure or exc
+            continue
+        results.append(stored)
+        if args.output == "table":
+            print(f"{route}: {'would be configured (dry run)' if args.dry_run else 'configured'}")
+    if args.output != "table" and results:
+        show(results if many else results[0], args.output)
+    return failure.exit_code if failure else ExitCode.OK
+
+
+def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
+    route: str = args.route
+    result = client.delete(route, dry_run=args.dry_run)
+    if args.output == "table":
+        print(f"{route}: {'would be reset (dry run)' if args.dry_run else 'reset to defaults'}")
+        return ExitCode.OK
+    if result is None:
+        # 204 carries no body; show what the route looks like now.
+        result, _ = client.get(route)
+    show(result, args.output)
+    return ExitCode.OK
+
+
+def load_bodies(filename: str) -> tuple[list[Body], bool]:
+    """Bodies from a JSON or YAML file (`-` is stdin): one object, a list, or YAML documents."""
+    where = "stdin" if filename == "-" else filename
+    try:
+        if filename == "-":
+            text = sys.stdin.read()
+        else:
+            with open(filename, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise usage(f"cannot read {where}: {exc}") from None
+    try:
+        # JSON first: YAML would read some JSON differently (duplicate keys, big numbers).
+        documents: list[Any] = [json.loads(text)]
+    except ValueError:
+        try:
+            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        except yaml.YAMLError as exc:
+            raise usage(f"{where} is neither JSON nor YAML: {exc}") from None
+    many = len(documents) > 1 or any(isinstance(doc, list) for doc in documents)
+    bodies: list[Body] = []
+    for doc in documents:
+        bodies.extend(doc if isinstance(doc, list) else [doc])
+    if not bodies:
+        raise usage(f"{where} holds no bodies")
+    for number, body in enumerate(bodies, start=1):
+        if not isinstance(body, dict):
+            raise usage(f"{where}: body {number} is not an object")
+        if not isinstance(body.get("route"), str) or not body["route"]:
+            raise usage(f'{where}: body {number} has no "route"')
+    return bodies, many
+
+
+def report_error(error: CliError, prefix: str = "") -> None:
+    text = prefix + error.message
+    if error.field:
+        text += f" (field: {error.field})"
+    warn(text)
+    for line in error.details:
+        print(f"  {line}", file=sys.stderr)

@@ -1,0 +1,161 @@
+"""Rendering: tables and key/value views for people, JSON and YAML for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import yaml
+
+from slo_api.cli.keys import BOUND_FIELDS, METRIC_SECTIONS
+
+FORMATS = ("table", "json", "yaml")
+MISSING = "-"
+
+
+def dump(data: Any, fmt: str) -> str:
+    if fmt == "yaml":
+        text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        return text.rstrip("\n")
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def bound(value: Any) -> str:
+    if isinstance(value, dict) and "value" in value:
+        return f"{value.get('type') or 'replica'}:{scalar(value['value'])}"
+    return MISSING if value is None else scalar(value)
+
+
+# -- list ------------------------------------------------------------------------------------
+
+SLO_COLUMNS = ("PRIORITY", "MIN", "MAX")
+POOL_COLUMNS = ("POLICY", "BUDGET", "RESIDENT")
+
+
+def summaries_table(items: Sequence[dict[str, Any]]) -> str:
+    """One row per route; the SLO and pool column groups appear only when some row needs them."""
+    has_pool = any(item.get("kind") == "pool" for item in items)
+    has_slo = any(item.get("kind") != "pool" for item in items)
+    header = ["ROUTE", "KIND"]
+    if has_slo:
+        header += SLO_COLUMNS
+    if has_pool:
+        header += POOL_COLUMNS
+    rows = [header]
+    for item in items:
+        row = [scalar(item.get("route", MISSING)), _kind_cell(item)]
+        is_slo = item.get("kind") in ("llm", "job")
+        if has_slo:
+            row += (
+                [
+                    scalar(item.get("priority", MISSING)),
+                    bound(item.get("minimumDeployment")),
+                    bound(item.get("maximumDeployment")),
+                ]
+                if is_slo
+                else [MISSING] * len(SLO_COLUMNS)
+            )
+        if has_pool:
+            row += (
+                [
+                    _cell(item.get("swapPolicy")),
+                    _cell(item.get("swapBudget")),
+                    _cell(item.get("residentMember")),
+                ]
+                if item.get("kind") == "pool"
+                else [MISSING] * len(POOL_COLUMNS)
+            )
+        rows.append(row)
+    return columns(rows)
+
+
+def _kind_cell(item: dict[str, Any]) -> str:
+    if item.get("ambiguous"):
+        kinds = item.get("kinds") or []
+        count = item.get("count")
+        # No spaces, so the table still splits on whitespace.
+        return f"ambiguous({count}:{','.join(map(str, kinds))})"
+    return _cell(item.get("kind"))
+
+
+def _cell(value: Any) -> str:
+    return MISSING if value is None or value == "" else scalar(value)
+
+
+def columns(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+# -- get ---------------------------------------------------------------------------------------
+
+
+def flatten(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The body as (key, value) lines whose keys are the ones `sloctl set` accepts."""
+    lines: list[tuple[str, str]] = []
+    for key, value in body.items():
+        _flatten(key, value, lines)
+    return lines
+
+
+def _flatten(key: str, value: Any, lines: list[tuple[str, str]]) -> None:
+    section = key.split(".", 1)[0]
+    if key in BOUND_FIELDS and (value is None or isinstance(value, dict)):
+        lines.append((key, "null" if value is None else bound(value)))
+    elif isinstance(value, dict) and value:
+        for child, child_value in value.items():
+            if section in METRIC_SECTIONS and child == "metrics" and _is_metric_list(child_value):
+                lines.extend(
+                    (f"{key}.{m['type']}", scalar(m.get("threshold"))) for m in child_value
+                )
+            else:
+                _flatten(f"{key}.{child}", child_value, lines)
+    elif isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        for index, item in enumerate(value):
+            _flatten(f"{key}.{index}", item, lines)
+    elif isinstance(value, list) and value:
+        lines.append((key, ", ".join(map(scalar, value))))
+    else:
+        lines.append((key, "[]" if value == [] else "{}" if value == {} else scalar(value)))
+
+
+def _is_metric_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, dict) and "type" in m for m in value)
+    )
+
+
+def key_values(pairs: Iterable[tuple[str, str]], indent: str = "") -> str:
+    pairs = list(pairs)
+    if not pairs:
+        return ""
+    width = max(len(key) for key, _ in pairs)
+    return "\n".join(f"{indent}{key.ljust(width)}  {value}".rstrip() for key, value in pairs)
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """`key  old -> new` lines for what differs between two bodies, status aside.
+
+    All fields, not only those sent: the server derives some (highPriority from priority).
+    """
+    old = {k: v for k, v in flatten(before) if not k.startswith("status.")}
+    new = {k: v for k, v in flatten(after) if not k.startswith("status.")}
+    keys = list(old) + [k for k in new if k not in old]
+    pairs = [
+        (key, f"{old.get(key, '(unset)')} -> {new.get(key, '(unset)')}")
+        for key in keys
+        if old.get(key) != new.get(key)
+    ]
+    return key_values(pairs, indent="  ").splitlines()

@@ -1,0 +1,67 @@
+"""Parse a request body as strict JSON: one object, no duplicate keys, NaN or oversized numbers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slo_api.errors import invalid
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DEPTH = 32
+MAX_ITEMS = 1024
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise invalid(f"duplicate key {key!r} in the JSON body", field=key)
+        obj[key] = value
+    return obj
+
+
+def _constant(name: str) -> Any:
+    raise invalid(f"{name} is not a JSON number")
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise invalid(f"the number {text[:30]} is too large")
+    return value
+
+
+def _check_shape(value: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise invalid(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        items: list[Any] = list(value.values())
+    elif isinstance(value, list):
+        items = value
+    else:
+        return
+    if len(value) > MAX_ITEMS:
+        raise invalid(f"the JSON body has a list or object of more than {MAX_ITEMS} items")
+    for item in items:
+        _check_shape(item, depth + 1)
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise invalid("the request body is empty: send a JSON object")
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int)
+    except UnicodeDecodeError:
+        raise invalid("the request body is not UTF-8") from None
+    except RecursionError:
+        raise invalid(f"the JSON body is nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise invalid(
+            f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if not isinstance(value, dict):
+        raise invalid("the request body must be a JSON object")
+    _check_shape(value)
+    return value

@@ -1,0 +1,135 @@
+"""What every kind of route has in common: the Kind interface and the body rules shared by all."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from slo_api.errors import ApiError, invalid
+from slo_api.kube import Resource
+
+Obj = dict[str, Any]
+PoolLookup = Callable[[str, str], Obj | None]
+
+
+class Body(BaseModel):
+    """A request body: strict types, no unknown fields, no NaN or Infinity."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """`("ttft", "default", "metrics", 0, "threshold")` -> `ttft.default.metrics[0].threshold`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validation_error(exc: ValidationError, kind: str) -> ApiError:
+    causes = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p))
+        field = field_path(loc)
+        if error["type"] == "extra_forbidden":
+            message = f"{field} is not a field of {kind} routes"
+        elif error["type"] == "missing":
+            message = f"{field} is required"
+        else:
+            message = f"{field}: {error['msg']}"
+        causes.append({"field": field, "message": message})
+    return invalid(causes[0]["message"], field=causes[0]["field"], causes=causes)
+
+
+def spec(obj: Obj) -> Obj:
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def replacing(new: Any, old: Any) -> Any:
+    """A merge-patch value that makes the stored `old` equal `new` (keys `new` lacks -> null)."""
+    if isinstance(new, dict):
+        previous = old if isinstance(old, dict) else {}
+        patch = {k: replacing(v, previous.get(k)) for k, v in new.items()}
+        patch.update({k: None for k in previous if k not in new})
+        return patch
+    return new
+
+
+def check_read_only(name: str, sent: Any, current: Any) -> None:
+    if sent != current:
+        raise invalid(
+            f"{name} is read-only: send it unchanged or leave it out "
+            "(re-read the route if it changed since)",
+            field=name,
+        )
+
+
+_GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
+_UNIT_NS = {"ns": 1, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+
+
+def go_duration_seconds(text: str) -> float | None:
+    """Seconds in a Go duration string (`90s`, `5m`, `1h30m`), or None if it is not one."""
+    if not _GO_DURATION.fullmatch(text):
+        return None
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)", text):
+        total += float(number) * _UNIT_NS[unit]
+    return total / 1e9
+
+
+class Kind(ABC):
+    """One kind of route: how to read its CRs, check bodies, and build merge patches."""
+
+    name: ClassVar[str]
+    body_model: ClassVar[type[Body]]
+    # True when a write must see the CR as the API server has it now (pools check members).
+    reads_before_write: ClassVar[bool] = False
+
+    def __init__(self, resource: Resource) -> None:
+        self.resource = resource
+
+    @abstractmethod
+    def route_of(self, obj: Obj) -> str: ...
+
+    def members_of(self, obj: Obj) -> list[str]:
+        return []
+
+    @abstractmethod
+    def project(self, obj: Obj, pools: PoolLookup) -> Obj:
+        """The route's body as GET answers it."""
+
+    @abstractmethod
+    def summary(self, obj: Obj) -> Obj:
+        """The route's line in `GET /config`."""
+
+    @abstractmethod
+    def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
+        """The `spec` part of the merge patch for a validated body."""
+
+    @abstractmethod
+    def reset_patch(self, current: Obj) -> Obj:
+        """The `spec` part of the merge patch that DELETE sends."""
+
+    @abstractmethod
+    def api_field(self, spec_field: str) -> str:
+        """The API's name of a field below `spec.` (from an API server's cause)."""
+
+    def parse(self, data: Obj) -> Body:
+        try:
+            return self.body_model.model_validate(data)
+        except ValidationError as exc:
+            raise validation_error(exc, self.name) from None
+
+    def translate_field(self, field: str) -> str:
+        if field.startswith("spec."):
+            return self.api_field(field[len("spec.") :])
+        return field

@@ -1,0 +1,170 @@
+"""Pool routes: ModelPool, named by metadata.name, whose members share one GPU slot."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from slo_api.errors import invalid
+from slo_api.kinds.base import (
+    Body,
+    Kind,
+    Obj,
+    PoolLookup,
+    check_read_only,
+    go_duration_seconds,
+    spec,
+)
+
+_NULLABLE = ("default", "reclaimAfter")
+
+
+def _positive_duration(value: str | None) -> str | None:
+    if value is None:
+        return value
+    seconds = go_duration_seconds(value)
+    if seconds is None:
+        raise ValueError("must be a Go duration such as 45s, 5m or 1h30m")
+    if seconds <= 0:
+        raise ValueError("must be longer than zero")
+    return value
+
+
+class PoolSettings(Body):
+    default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    swapPolicy: Literal["sticky", "reclaim"] | None = None
+    swapBudget: Annotated[str, Field(max_length=64)] | None = None
+    reclaimAfter: Annotated[str, Field(max_length=64)] | None = None
+    members: list[str] | None = Field(None, description="Read-only.")
+    gpu: int | None = Field(None, description="Read-only.")
+
+    _durations = field_validator("swapBudget", "reclaimAfter")(_positive_duration)
+
+
+class MemberStatus(Body):
+    name: str
+    phase: str | None = None
+    resident: bool | None = None
+
+
+class PoolStatus(Body):
+    """Read-only: what the pool controller last reported."""
+
+    phase: str | None = None
+    residentMember: str | None = None
+    pendingMember: str | None = None
+    members: list[MemberStatus] = []
+
+
+class PoolBody(Body):
+    """A pool route. Fields left out keep their stored values."""
+
+    route: str | None = None
+    kind: Literal["pool"] | None = None
+    pool: PoolSettings | None = None
+    status: PoolStatus | None = None
+
+
+def members(obj: Obj) -> list[str]:
+    names = []
+    for member in spec(obj).get("members") or []:
+        ref = member.get("inferenceServiceRef") if isinstance(member, dict) else None
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
+
+
+def status_view(obj: Obj) -> Obj:
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    assert isinstance(status, dict)
+    return {
+        "phase": status.get("phase"),
+        "residentMember": status.get("residentMember") or None,
+        "pendingMember": status.get("pendingMember") or None,
+        "members": [
+            {"name": m.get("name"), "phase": m.get("phase"), "resident": m.get("resident")}
+            for m in status.get("members") or []
+            if isinstance(m, dict)
+        ],
+    }
+
+
+class PoolKind(Kind):
+    name = "pool"
+    body_model = PoolBody
+    reads_before_write = True
+
+    def route_of(self, obj: Obj) -> str:
+        return str(obj.get("metadata", {}).get("name", ""))
+
+    def members_of(self, obj: Obj) -> list[str]:
+        return members(obj)
+
+    def settings(self, obj: Obj) -> Obj:
+        s = spec(obj)
+        return {
+            "members": members(obj),
+            "default": s.get("default") or None,
+            "swapPolicy": s.get("swapPolicy"),
+            "swapBudget": s.get("swapBudget"),
+            "reclaimAfter": s.get("reclaimAfter") or None,
+            "gpu": s.get("gpu"),
+        }
+
+    def project(self, obj: Obj, pools: PoolLookup) -> Obj:
+        return {
+            "route": self.route_of(obj),
+            "kind": self.name,
+            "pool": self.settings(obj),
+            "status": status_view(obj),
+        }
+
+    def summary(self, obj: Obj) -> Obj:
+        s = spec(obj)
+        return {
+            "route": self.route_of(obj),
+            "kind": self.name,
+            "swapPolicy": s.get("swapPolicy"),
+            "swapBudget": s.get("swapBudget"),
+            "residentMember": status_view(obj)["residentMember"],
+        }
+
+    def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
+        assert isinstance(body, PoolBody)
+        if "status" in body.model_fields_set:
+            sent = body.status.model_dump() if body.status is not None else None
+            check_read_only("status", sent, status_view(current))
+        if "pool" not in body.model_fields_set:
+            return {}
+        if body.pool is None:
+            raise invalid("pool cannot be null: send the settings to change", field="pool")
+        settings = body.pool
+        stored = self.settings(current)
+        patch: Obj = {}
+        for name in sorted(settings.model_fields_set):
+            value: Any = getattr(settings, name)
+            if name in ("members", "gpu"):
+                check_read_only(f"pool.{name}", value, stored[name])
+            elif value is None and name not in _NULLABLE:
+                raise invalid(
+                    f"pool.{name} cannot be null (DELETE resets it)", field=f"pool.{name}"
+                )
+            else:
+                patch[name] = value
+        default = patch.get("default")
+        if default is not None and default not in stored["members"]:
+            raise invalid(
+                f"pool.default must name a current member ({', '.join(stored['members'])})",
+                field="pool.default",
+            )
+        return patch
+
+    def reset_patch(self, current: Obj) -> Obj:
+        return {"swapPolicy": "sticky", "swapBudget": "300s", "default": None, "reclaimAfter": None}
+
+    def api_field(self, spec_field: str) -> str:
+        if spec_field.startswith("members"):
+            return "pool.members"
+        return f"pool.{spec_field}"

@@ -1,0 +1,130 @@
+"""What LLM and job routes share: the serviceId route key, priority and deployment bounds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from slo_api.errors import invalid
+from slo_api.kinds.base import Body, Kind, Obj, PoolLookup, check_read_only, replacing, spec
+
+HIGH_PRIORITY = 10
+INT32_MAX = 2**31 - 1
+BoundValue = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Priority = Annotated[int, Field(ge=0, le=10)]
+
+
+class PoolView(Body):
+    """Read-only: the ModelPool this route is a member of."""
+
+    route: str
+    resident: bool
+    phase: str | None
+
+
+class SLOBody(Body):
+    route: str | None = None
+    highPriority: bool | None = None
+    priority: Priority | None = None
+    pool: PoolView | None = None
+
+
+def _bound(obj: Any) -> Obj | None:
+    return (
+        {"type": obj.get("type", "replica"), "value": obj.get("value")}
+        if isinstance(obj, dict)
+        else None
+    )
+
+
+class SLOKind(Kind):
+    """LLMSLORequirement and JobSLORequirement: routes named by spec.serviceId."""
+
+    def route_of(self, obj: Obj) -> str:
+        service_id = spec(obj).get("serviceId")
+        return service_id if isinstance(service_id, str) else ""
+
+    def common(self, obj: Obj) -> Obj:
+        s = spec(obj)
+        priority = s.get("priority", 0)
+        return {
+            "route": self.route_of(obj),
+            "kind": self.name,
+            "highPriority": priority == HIGH_PRIORITY,
+            "priority": priority,
+            "minimumDeployment": _bound(s.get("minimumDeployment")),
+            "maximumDeployment": _bound(s.get("maximumDeployment")),
+        }
+
+    def summary(self, obj: Obj) -> Obj:
+        return self.common(obj)
+
+    def pool_view(self, obj: Obj, pools: PoolLookup) -> Obj | None:
+        meta = obj.get("metadata", {})
+        return pools(str(meta.get("namespace", "")), self.route_of(obj))
+
+    def common_patch(self, body: SLOBody, current: Obj, pools: PoolLookup) -> Obj:
+        """Priority and bounds; read-only `pool` checked against the current membership."""
+        fields = body.model_fields_set
+        if "pool" in fields:
+            sent = body.pool.model_dump() if body.pool is not None else None
+            check_read_only("pool", sent, self.pool_view(current, pools))
+        patch: Obj = {}
+        priority = self._priority(body)
+        if priority is not None:
+            patch["priority"] = priority
+        for name in ("minimumDeployment", "maximumDeployment"):
+            if name in fields:
+                bound = getattr(body, name)
+                if bound is None and name == "minimumDeployment":
+                    raise invalid(
+                        "minimumDeployment cannot be removed (DELETE resets it)", field=name
+                    )
+                patch[name] = bound.model_dump() if bound is not None else None
+        return patch
+
+    @staticmethod
+    def _priority(body: SLOBody) -> int | None:
+        fields = body.model_fields_set
+        if "highPriority" in fields and body.highPriority is None:
+            raise invalid("highPriority must be true or false", field="highPriority")
+        if "priority" in fields and body.priority is None:
+            raise invalid("priority must be an integer from 0 to 10", field="priority")
+        high, priority = body.highPriority, body.priority
+        if high is None:
+            return priority
+        if priority is None:
+            return HIGH_PRIORITY if high else 0
+        if high != (priority == HIGH_PRIORITY):
+            raise invalid(
+                f"highPriority {str(high).lower()} disagrees with priority {priority} "
+                "(true goes with 10, false with 0 to 9)",
+                field="highPriority",
+            )
+        return priority
+
+    def reset_patch(self, current: Obj) -> Obj:
+        return {
+            "priority": 0,
+            "minimumDeployment": {"type": "replica", "value": 1},
+            "maximumDeployment": None,
+        }
+
+    def api_field(self, spec_field: str) -> str:
+        return spec_field
+
+
+def sections_patch(body: Body, current: Obj, names: tuple[str, ...]) -> Obj:
+    """Sections replace what is stored: keys the new section lacks become nulls."""
+    patch: Obj = {}
+    stored = spec(current)
+    for name in names:
+        if name in body.model_fields_set:
+            value = getattr(body, name)
+            patch[name] = (
+                None
+                if value is None
+                else replacing(value.model_dump(exclude_none=True), stored.get(name))
+            )
+    return patch

@@ -1,0 +1,188 @@
+"""The use cases behind the routes: resolve a route, read it, change it, reset it, list them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from slo_api.errors import ApiError, invalid
+from slo_api.index import CRIndex, IndexedKind
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kinds.pool import status_view
+from slo_api.kube import Kube, KubeError
+from slo_api.upstream import to_api_error
+
+log = logging.getLogger("slo_api.service")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The one CR a route resolved to."""
+
+    kind: Kind
+    obj: Obj
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Result:
+    body: Obj
+    etag: str
+    changed: list[str]
+
+
+def etag_of(obj: Obj) -> str:
+    return f'"{obj.get("metadata", {}).get("resourceVersion", "")}"'
+
+
+def parse_if_match(header: str | None) -> str | None:
+    """The resourceVersion an If-Match names; "*" -> "" (exists is enough); None when absent."""
+    if header is None:
+        return None
+    value = header.strip()
+    if value == "*":
+        return ""
+    if value.startswith("W/"):
+        raise ApiError(412, "If-Match needs a strong ETag from GET /routes/{route}")
+    if len(value) < 3 or not (value.startswith('"') and value.endswith('"')) or "," in value:
+        raise invalid('If-Match must be one ETag such as "12345", or *', field="If-Match")
+    return value[1:-1]
+
+
+class Service:
+    def __init__(self, kube: Kube, kinds: list[Kind], index: CRIndex) -> None:
+        self.kube = kube
+        self.kinds = {k.resource.plural: k for k in kinds}
+        self.by_name = {k.name: k for k in kinds}
+        self.index = index
+
+    @staticmethod
+    def index_for(kinds: list[Kind]) -> CRIndex:
+        return CRIndex(
+            IndexedKind(
+                k.name, k.resource.plural, k.route_of, k.members_of if k.name == "pool" else None
+            )
+            for k in kinds
+        )
+
+    # -- resolving -------------------------------------------------------------------------
+
+    def resolve(self, route: str) -> Target:
+        claims = self.index.claims(route)
+        if not claims:
+            raise ApiError(404, f"route {route!r} is not registered")
+        if len(claims) > 1:
+            kinds = sorted({self.kinds[p].name for p, _ in claims})
+            raise ApiError(
+                409,
+                f"route {route!r} is claimed by {len(claims)} CRs ({', '.join(kinds)}); "
+                "it is ambiguous until all but one are removed or renamed",
+            )
+        plural, obj = claims[0]
+        return Target(self.kinds[plural], obj)
+
+    def pool_of(self, namespace: str, member: str) -> Obj | None:
+        """The read-only `pool` of an LLM or job route: the first pool listing it as member."""
+        for plural, pool in self.index.groups_with_member(namespace, member):
+            kind = self.kinds[plural]
+            status = status_view(pool)
+            return {
+                "route": kind.route_of(pool),
+                "resident": status["residentMember"] == member,
+                "phase": status["phase"],
+            }
+        return None
+
+    def project(self, kind: Kind, obj: Obj) -> Obj:
+        return kind.project(obj, self.pool_of)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def read(self, route: str) -> Result:
+        target = self.resolve(route)
+        obj = await self._get(target)
+        return Result(self.project(target.kind, obj), etag_of(obj), [])
+
+    async def _get(self, target: Target) -> Obj:
+        try:
+            obj = await self.kube.get(target.kind.resource, target.namespace, target.name)
+        except KubeError as exc:
+            raise to_api_error(exc, target.kind, target.obj, conditional=False) from None
+        if obj.get("metadata", {}).get("uid") != target.obj["metadata"].get("uid"):
+            # Deleted and re-created under the same name: the index will catch up.
+            self.index.write_through(target.kind.resource.plural, obj)
+        return obj
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def write(self, route: str, data: Obj, *, if_match: str | None, dry_run: bool) -> Result:
+        target = self.resolve(route)
+        sent_route = data.get("route")
+        if sent_route is not None and sent_route != route:
+            raise invalid(
+                f"route in the body ({sent_route!r}) differs from the URL's", field="route"
+            )
+        body = target.kind.parse(data)
+        current = await self._get(target) if target.kind.reads_before_write else target.obj
+        spec_patch = target.kind.spec_patch(body, current, self.pool_of)
+        return await self._patch(target, current, spec_patch, if_match, dry_run)
+
+    async def reset(self, route: str, *, if_match: str | None, dry_run: bool) -> Result:
+        target = self.resolve(route)
+        return await self._patch(
+            target, target.obj, target.kind.reset_patch(target.obj), if_match, dry_run
+        )
+
+    async def _patch(
+        self, target: Target, current: Obj, spec_patch: Obj, if_match: str | None, dry_run: bool
+    ) -> Result:
+        patch: dict[str, Any] = {"spec": spec_patch}
+        if if_match:
+            # A resourceVersion in a merge patch is a precondition: a mismatch is 409.
+            patch["metadata"] = {"resourceVersion": if_match}
+        try:
+            obj = await self.kube.patch(
+                target.kind.resource, target.namespace, target.name, patch, dry_run=dry_run
+            )
+        except KubeError as exc:
+            raise to_api_error(exc, target.kind, target.obj, conditional=bool(if_match)) from None
+        if not dry_run:
+            self.index.write_through(target.kind.resource.plural, obj)
+        return Result(self.project(target.kind, obj), etag_of(obj), sorted(spec_patch))
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def summary(self, route: str) -> Obj:
+        claims = self.index.claims(route)
+        if len(claims) == 1:
+            plural, obj = claims[0]
+            return self.kinds[plural].summary(obj)
+        return {
+            "route": route,
+            "ambiguous": True,
+            "kinds": sorted({self.kinds[p].name for p, _ in claims}),
+            "count": len(claims),
+        }
+
+    def full(self, route: str) -> Obj:
+        claims = self.index.claims(route)
+        if len(claims) == 1:
+            plural, obj = claims[0]
+            return self.project(self.kinds[plural], obj)
+        return self.summary(route)
+
+    def page(
+        self, page: int, page_size: int, kind: str | None, full: bool = False
+    ) -> tuple[int, list[Obj]]:
+        routes = self.index.routes(kind)
+        start = (page - 1) * page_size
+        render = self.full if full else self.summary
+        return len(routes), [render(r) for r in routes[start : start + page_size]]

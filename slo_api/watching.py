@@ -1,0 +1,209 @@
+"""One list+watch loop per kind, keeping the CRIndex current the way client-go's reflector does.
+
+- List (paged), replace the kind's entries, then watch from the list's resourceVersion with
+  bookmarks and a randomised server timeout.
+- A normal close re-watches from the last resourceVersion; 410 Gone/Expired or an unknown error
+  relists; 429 waits for Retry-After and re-watches.
+- No bytes for `watch_inactivity_seconds` (bookmarks arrive about every minute) reconnects, so a
+  silently dead connection heals.
+- A CRD that is not served (404 without a JSON Status) leaves the kind empty but synced, and is
+  looked up again every `crd_recheck_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from slo_api.index import CRIndex
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.metrics import Metrics
+
+log = logging.getLogger("slo_api.watch")
+
+HEALTHY_RESET_SECONDS = 120.0
+QUICK_CLOSE_SECONDS = 1.0
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff with jitter; forgets failures after a healthy stretch."""
+
+    initial: float = 0.8
+    cap: float = 30.0
+    _delay: float = 0.0
+    _last_failure: float = 0.0
+
+    def next(self) -> float:
+        now = time.monotonic()
+        if self._delay and now - self._last_failure > HEALTHY_RESET_SECONDS:
+            self._delay = 0.0
+        self._delay = min(self.cap, self._delay * 2 if self._delay else self.initial)
+        self._last_failure = now
+        return self._delay * (1 + random.random())
+
+
+class _Relist(Exception):
+    """The watch cannot resume: list again."""
+
+
+class _CrdGone(Exception):
+    """The kind is not served any more."""
+
+
+class Informer:
+    def __init__(
+        self,
+        kube: Kube,
+        kind: Kind,
+        index: CRIndex,
+        metrics: Metrics,
+        *,
+        crd_recheck_seconds: float,
+        watch_timeout_seconds: int,
+        inactivity_seconds: float,
+    ) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.index = index
+        self.metrics = metrics
+        self.crd_recheck_seconds = crd_recheck_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.inactivity_seconds = inactivity_seconds
+        self.synced = False
+        self.present = False
+        self.last_event: float | None = None
+        self.backoff = Backoff()
+        self._plural = kind.resource.plural
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                resource_version = await self._list()
+                if resource_version is None:
+                    await asyncio.sleep(self.crd_recheck_seconds)
+                    continue
+                await self._watch(resource_version)
+            except asyncio.CancelledError:
+                raise
+            except _CrdGone:
+                log.warning("%s: the CRD is no longer served; its routes are gone", self._plural)
+                self._absent()
+                await asyncio.sleep(self.crd_recheck_seconds)
+            except _Relist as exc:
+                self.metrics.watch_restarts.labels(self.kind.name, "relist").inc()
+                log.info("%s: relisting (%s)", self._plural, exc)
+                await asyncio.sleep(self.backoff.next())
+            except KubeError as exc:
+                delay = exc.retry_after or self.backoff.next()
+                level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
+                log.log(
+                    level, "%s: list/watch failed (%s); retrying in %.1fs", self._plural, exc, delay
+                )
+                self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
+                await asyncio.sleep(delay)
+            except Exception:
+                delay = self.backoff.next()
+                log.exception("%s: unexpected failure; relisting in %.1fs", self._plural, delay)
+                await asyncio.sleep(delay)
+
+    def _absent(self) -> None:
+        self.index.clear(self._plural)
+        self.present = False
+        self.synced = True
+
+    async def _list(self) -> str | None:
+        """List every CR of the kind; None when the CRD is not served."""
+        items: list[Obj] = []
+        continue_: str | None = None
+        while True:
+            try:
+                page = await self.kube.list(self.kind.resource, continue_=continue_)
+            except KubeError as exc:
+                if exc.status == 404 and not exc.is_status:
+                    if self.present or not self.synced:
+                        log.warning(
+                            "%s: CRD not served; indexing the kind as empty and "
+                            "looking again every %gs",
+                            self._plural,
+                            self.crd_recheck_seconds,
+                        )
+                    self._absent()
+                    return None
+                if exc.status == 410 and continue_:
+                    items, continue_ = [], None  # the continue token expired: start over
+                    continue
+                raise
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            continue_ = meta.get("continue") or None
+            if not continue_:
+                break
+        self.index.replace(self._plural, items)
+        self.metrics.relists.labels(self.kind.name).inc()
+        if not self.present:
+            log.info("%s: listed %d objects", self._plural, len(items))
+        self.present = True
+        self.synced = True
+        self.last_event = time.monotonic()
+        return str(meta.get("resourceVersion") or "")
+
+    async def _watch(self, resource_version: str) -> None:
+        while True:
+            started = time.monotonic()
+            events = 0
+            timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
+            try:
+                async for event in self.kube.watch(
+                    self.kind.resource,
+                    resource_version=resource_version,
+                    timeout_seconds=timeout,
+                    read_timeout=self.inactivity_seconds,
+                ):
+                    events += 1
+                    resource_version = self._apply(event) or resource_version
+            except KubeTimeout:
+                log.warning(
+                    "%s: no watch event for %gs; reconnecting",
+                    self._plural,
+                    self.inactivity_seconds,
+                )
+                self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
+                continue
+            except KubeError as exc:
+                if exc.status == 410:
+                    raise _Relist(f"resourceVersion {resource_version} expired") from None
+                if exc.status == 404 and not exc.is_status:
+                    raise _CrdGone from None
+                if exc.status == 429:
+                    delay = exc.retry_after or self.backoff.next()
+                    self.metrics.watch_restarts.labels(self.kind.name, "throttled").inc()
+                    await asyncio.sleep(delay)
+                    continue
+                raise _Relist(str(exc)) from None
+            if events == 0 and time.monotonic() - started < QUICK_CLOSE_SECONDS:
+                # A watch that closes at once with nothing in it is a failure in disguise.
+                self.metrics.watch_restarts.labels(self.kind.name, "quick-close").inc()
+                await asyncio.sleep(self.backoff.next())
+            else:
+                self.metrics.watch_restarts.labels(self.kind.name, "closed").inc()
+
+    def _apply(self, event: Obj) -> str | None:
+        kind = str(event.get("type"))
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return None
+        self.last_event = time.monotonic()
+        self.metrics.watch_events.labels(self.kind.name, kind.lower()).inc()
+        if kind in ("ADDED", "MODIFIED"):
+            self.index.upsert(self._plural, obj)
+        elif kind == "DELETED":
+            self.index.delete(self._plural, obj)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        return str(rv) if rv else None

@@ -1,0 +1,77 @@
+"""slo-api running in-process against the test control plane, driven through HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from slo_api.app import create_app
+from slo_api.runtime import Runtime
+from slo_api.settings import Settings
+
+TOKEN = "test-write-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class RunningService:
+    def __init__(self, app: Any, client: httpx.AsyncClient) -> None:
+        self.app = app
+        self.client = client
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime = self.app.state.runtime
+        return runtime
+
+    async def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.client.get(path, headers={**AUTH, **kwargs.pop("headers", {})}, **kwargs)
+
+    async def put(self, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+        return await self.client.put(
+            path, json=body, headers={**AUTH, **kwargs.pop("headers", {})}, **kwargs
+        )
+
+    async def delete(self, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.client.delete(
+            path, headers={**AUTH, **kwargs.pop("headers", {})}, **kwargs
+        )
+
+    async def eventually(
+        self, check: Callable[[], Any], within: float = 15, what: str = "condition"
+    ) -> Any:
+        """Poll until `check()` is truthy (it may be async); the index follows watch events."""
+        deadline = time.monotonic() + within
+        while True:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    def indexed(self, route: str) -> list[Any]:
+        return self.runtime.index.claims(route)
+
+
+@contextlib.asynccontextmanager
+async def running(kubeconfig: Path, **overrides: Any) -> AsyncIterator[RunningService]:
+    settings = Settings(
+        slo_api_token=TOKEN,
+        kubeconfig=str(kubeconfig),
+        **{"crd_recheck_seconds": 1, "upstream_timeout_seconds": 5, **overrides},
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://slo-api") as client:
+            service = RunningService(app, client)
+            await service.eventually(service.runtime.ready, what="readiness")
+            yield service

@@ -1,0 +1,495 @@
+"""The deployment recipe: config/ and the Dockerfile.
+
+Every manifest is accepted by the real API server (a server-side dry run, which also refuses
+unknown fields), every kustomization lists exactly the files beside it so `kubectl apply -k`
+cannot silently miss one, and the Deployment, Service and image keep the operational checklist
+(non-root, read-only root filesystem, probes, preStop, resources, token from the Secret).
+The checklist is checked by functions that return problems; each is also shown to catch the
+edit that would break it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controlplane.admin import Admin, Obj, load_yaml_dir
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "config"
+NAMESPACE = "llm-scaler"
+NAME = "slo-api"
+USER_ID = 10001
+PORT = 8080
+
+# Kept beside the manifests but never applied by `kubectl apply -k`: applying the example
+# Secret would overwrite the real token with a published placeholder.
+NOT_APPLIED = {Path("manager/secret.example.yaml")}
+# Directories the top-level kustomization leaves out on purpose (sample CRs are for deployers).
+NOT_INSTALLED = {Path("samples")}
+# What `kubectl apply -k config/` must install, at the least.
+INSTALLED = {Path("crd"), Path("rbac"), Path("manager")}
+
+REQUESTS = {"cpu": "50m", "memory": "64Mi"}
+LIMITS = {"cpu": "200m", "memory": "256Mi"}
+# preStop must be followed by time for in-flight requests (each upstream call may take the
+# 10 s upstream timeout) and for closing the watches.
+DRAIN_SECONDS = 15
+
+
+# -- reading config/ ---------------------------------------------------------------------------
+
+
+def _manifest_dirs() -> list[Path]:
+    """The directories directly under config/ that hold manifests."""
+    return sorted(p for p in CONFIG.iterdir() if p.is_dir() and any(p.rglob("*.yaml")))
+
+
+def _objects() -> list[tuple[str, Obj]]:
+    found: list[tuple[str, Obj]] = []
+    for directory in _manifest_dirs():
+        for obj in load_yaml_dir(directory):
+            meta = obj.get("metadata", {})
+            where = "/".join(filter(None, [meta.get("namespace"), meta.get("name")]))
+            found.append((f"{directory.name}:{obj.get('kind')}/{where}", obj))
+    return found
+
+
+OBJECTS = _objects()
+
+
+def _load(relative: str) -> list[Obj]:
+    return [d for d in yaml.safe_load_all((CONFIG / relative).read_text()) if d]
+
+
+def _one(relative: str, kind: str) -> Obj:
+    found = [d for d in _load(relative) if d.get("kind") == kind]
+    assert len(found) == 1, f"{relative}: expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _deployment() -> Obj:
+    return _one("manager/deployment.yaml", "Deployment")
+
+
+def _service() -> Obj:
+    return _one("manager/service.yaml", "Service")
+
+
+def _yaml_files(directory: Path) -> set[Path]:
+    return {p for p in directory.glob("*.yaml") if p.name != "kustomization.yaml"}
+
+
+# -- the API server accepts everything ---------------------------------------------------------
+
+
+def test_the_manifests_hold_the_expected_objects() -> None:
+    """Guards the dry run below against passing because it found nothing."""
+    kinds = {(label.split(":")[0], obj["kind"], obj["metadata"]["name"]) for label, obj in OBJECTS}
+    assert {k for d, k, _ in kinds if d == "crd"} == {"CustomResourceDefinition"}
+    assert len([k for k in kinds if k[0] == "crd"]) == 3
+    for expected in [
+        ("rbac", "Namespace", NAMESPACE),
+        ("rbac", "ServiceAccount", NAME),
+        ("rbac", "ClusterRole", NAME),
+        ("rbac", "ClusterRoleBinding", NAME),
+        ("manager", "Deployment", NAME),
+        ("manager", "Service", NAME),
+        ("manager", "Secret", NAME),
+    ]:
+        assert expected in kinds
+
+
+@pytest.mark.parametrize("obj", [obj for _, obj in OBJECTS], ids=[label for label, _ in OBJECTS])
+def test_every_object_is_accepted_by_the_api_server(
+    admin: Admin, request: pytest.FixtureRequest, obj: Obj
+) -> None:
+    sent = copy.deepcopy(obj)
+    meta = sent.setdefault("metadata", {})
+    if "/namespaces/" in admin.path(sent["apiVersion"], sent["kind"], "probe"):
+        if "namespace" not in meta:
+            # A sample without a namespace goes to the current one, as `kubectl apply` would.
+            meta["namespace"] = request.getfixturevalue("namespace")
+        elif meta["namespace"] != NAMESPACE:
+            # Samples may name the deployer's namespace; llm-scaler itself must come from rbac.
+            admin.ensure_namespace(meta["namespace"])
+    result = admin.apply(sent, dry_run=True)
+    assert result["kind"] == sent["kind"]
+    assert result["metadata"]["name"] == meta["name"]
+
+
+def test_namespaced_objects_that_are_installed_live_in_the_service_namespace() -> None:
+    """llm-scaler is created by config/rbac; nothing installed may depend on another one."""
+    for label, obj in OBJECTS:
+        if Path(label.split(":")[0]) in INSTALLED and "namespace" in obj["metadata"]:
+            assert obj["metadata"]["namespace"] == NAMESPACE, label
+    for kind in ("Deployment", "Service", "PodDisruptionBudget"):
+        for label, obj in OBJECTS:
+            if label.startswith("manager:") and obj["kind"] == kind:
+                assert obj["metadata"].get("namespace") == NAMESPACE, label
+
+
+# -- kustomize cannot miss a file --------------------------------------------------------------
+
+
+def _kustomization(directory: Path) -> Obj:
+    path = directory / "kustomization.yaml"
+    assert path.is_file(), f"{path.relative_to(REPO)} is missing"
+    loaded: Obj = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def _kustomized_dirs() -> list[Path]:
+    dirs = [CONFIG]
+    dirs += [d for d in sorted(CONFIG.rglob("*")) if d.is_dir() and any(d.rglob("*.yaml"))]
+    return [
+        d for d in dirs if not any(d.relative_to(CONFIG).is_relative_to(x) for x in NOT_INSTALLED)
+    ]
+
+
+@pytest.mark.parametrize("directory", _kustomized_dirs(), ids=lambda d: str(d.relative_to(REPO)))
+def test_each_kustomization_lists_exactly_its_directory(directory: Path) -> None:
+    listed = _kustomization(directory).get("resources", [])
+    expected = {p.name for p in _yaml_files(directory)}
+    expected -= {(CONFIG / p).name for p in NOT_APPLIED if (CONFIG / p).parent == directory}
+    expected |= {
+        d.name
+        for d in directory.iterdir()
+        if d.is_dir() and any(d.rglob("*.yaml")) and d.relative_to(CONFIG) not in NOT_INSTALLED
+    }
+    assert sorted(listed) == sorted(expected), f"{directory.relative_to(REPO)}/kustomization.yaml"
+    for entry in listed:
+        target = directory / entry
+        assert target.exists(), entry
+        if target.is_dir():
+            assert (target / "kustomization.yaml").is_file(), entry
+
+
+def test_apply_k_installs_crds_rbac_and_the_manager_but_not_samples() -> None:
+    listed = {Path(p) for p in _kustomization(CONFIG).get("resources", [])}
+    assert listed >= INSTALLED
+    assert not listed & NOT_INSTALLED
+    assert (CONFIG / "manager" / "secret.example.yaml").is_file()
+
+
+def _identities(objs: list[Obj]) -> set[tuple[str, str, str]]:
+    return {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kustomize_build_renders_every_installed_object_and_no_secret() -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(CONFIG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    built = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    expected = [
+        obj
+        for directory in sorted(INSTALLED)
+        for path in sorted((CONFIG / directory).rglob("*.yaml"))
+        if path.name != "kustomization.yaml" and path.relative_to(CONFIG) not in NOT_APPLIED
+        for obj in yaml.safe_load_all(path.read_text())
+        if obj
+    ]
+    assert _identities(built) == _identities(expected)
+    assert not [o for o in built if o["kind"] == "Secret"]
+    deployment = next(o for o in built if o["kind"] == "Deployment")
+    assert deployment_problems(deployment) == []
+
+
+# -- the operational checklist -----------------------------------------------------------------
+
+
+def _container(deployment: Obj) -> Obj:
+    containers: list[Obj] = deployment["spec"]["template"]["spec"]["containers"]
+    found = [c for c in containers if c.get("name") == NAME]
+    assert len(found) == 1, "one container named slo-api"
+    return found[0]
+
+
+def _named_port(container: Obj, name: str) -> int | None:
+    for port in container.get("ports", []):
+        if port.get("name") == name:
+            number: int = port["containerPort"]
+            return number
+    return None
+
+
+def deployment_problems(deployment: Obj) -> list[str]:
+    problems: list[str] = []
+    spec = deployment.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    container = _container(deployment)
+
+    if spec.get("replicas", 1) < 2:
+        problems.append("fewer than 2 replicas")
+    if pod.get("serviceAccountName") != NAME:
+        problems.append("serviceAccountName is not slo-api")
+    if pod.get("automountServiceAccountToken") is not True:
+        problems.append("the ServiceAccount token is not mounted (in-cluster config needs it)")
+
+    # The container's securityContext overrides the pod's, field by field.
+    effective = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    own = container.get("securityContext", {})
+    if effective.get("runAsNonRoot") is not True:
+        problems.append("runAsNonRoot is not set")
+    for key in ("runAsUser", "runAsGroup"):
+        if effective.get(key) != USER_ID:
+            problems.append(f"{key} is not {USER_ID}")
+    if own.get("readOnlyRootFilesystem") is not True:
+        problems.append("the root filesystem is writable")
+    if own.get("allowPrivilegeEscalation") is not False:
+        problems.append("privilege escalation is allowed")
+    if own.get("privileged"):
+        problems.append("the container is privileged")
+    if own.get("capabilities", {}).get("drop") != ["ALL"]:
+        problems.append("capabilities are not all dropped")
+    if own.get("capabilities", {}).get("add"):
+        problems.append("capabilities are added")
+    if effective.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        problems.append("seccompProfile is not RuntimeDefault")
+
+    if _named_port(container, "http") != PORT:
+        problems.append(f"no container port {PORT} named http")
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container.get(probe, {}).get("httpGet", {})
+        if get.get("path") != path or get.get("port") not in ("http", PORT):
+            problems.append(f"{probe} is not GET {path} on the http port")
+
+    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+    sleep = 0
+    if isinstance(command, list) and len(command) == 2 and command[0] == "sleep":
+        sleep = int(command[1])
+    if sleep <= 0:
+        problems.append("no preStop sleep")
+    if pod.get("terminationGracePeriodSeconds", 30) < sleep + DRAIN_SECONDS:
+        problems.append("terminationGracePeriodSeconds leaves no time to drain after preStop")
+
+    resources = container.get("resources", {})
+    if resources.get("requests") != REQUESTS:
+        problems.append(f"requests are not {REQUESTS}")
+    if resources.get("limits") != LIMITS:
+        problems.append(f"limits are not {LIMITS}")
+
+    env = {e.get("name"): e for e in container.get("env", [])}
+    token = env.get("SLO_API_TOKEN", {})
+    if token.get("valueFrom", {}).get("secretKeyRef", {}) != {"name": NAME, "key": "token"}:
+        problems.append("SLO_API_TOKEN does not come from Secret slo-api key token")
+    if "value" in token or any(
+        "TOKEN" in str(e.get("name")) and "value" in e for e in env.values()
+    ):
+        problems.append("a token is written into the manifest")
+    if env.get("LOG_FORMAT", {}).get("value") != "json":
+        problems.append("LOG_FORMAT is not json")
+
+    mounts = {m.get("mountPath"): m.get("name") for m in container.get("volumeMounts", [])}
+    volumes = {v.get("name"): v for v in pod.get("volumes", [])}
+    if "emptyDir" not in volumes.get(mounts.get("/tmp"), {}):
+        problems.append("no emptyDir at /tmp (the root filesystem is read-only)")
+    return problems
+
+
+def service_problems(service: Obj, deployment: Obj) -> list[str]:
+    problems: list[str] = []
+    spec = service.get("spec", {})
+    ports = spec.get("ports", [])
+    if len(ports) != 1 or ports[0].get("port") != 80:
+        problems.append("the Service does not expose port 80")
+    elif (
+        ports[0].get("targetPort") not in ("http", PORT)
+        or _named_port(_container(deployment), "http") != PORT
+    ):
+        problems.append("port 80 does not target the container's http port")
+    selector = spec.get("selector") or {}
+    labels = deployment["spec"]["template"]["metadata"].get("labels", {})
+    if not selector or any(labels.get(k) != v for k, v in selector.items()):
+        problems.append("the Service selector does not select the Deployment's pods")
+    if deployment["spec"].get("selector", {}).get("matchLabels") != selector:
+        problems.append("the Service and the Deployment select differently")
+    return problems
+
+
+def test_the_deployment_keeps_the_operational_checklist() -> None:
+    assert deployment_problems(_deployment()) == []
+
+
+def test_the_service_fronts_the_pods_on_port_80() -> None:
+    assert service_problems(_service(), _deployment()) == []
+
+
+def test_the_example_secret_is_a_marked_placeholder() -> None:
+    secret = _one("manager/secret.example.yaml", "Secret")
+    assert secret["metadata"] == secret["metadata"] | {"name": NAME, "namespace": NAMESPACE}
+    token = secret["stringData"]["token"]
+    assert "REPLACE" in token.upper()
+    assert "example" in (CONFIG / "manager" / "secret.example.yaml").read_text().lower()
+
+
+def _pod(d: Obj) -> Obj:
+    pod: Obj = d["spec"]["template"]["spec"]
+    return pod
+
+
+def _sc(d: Obj) -> Obj:
+    sc: Obj = _container(d)["securityContext"]
+    return sc
+
+
+def _env(d: Obj, name: str) -> Obj:
+    return next(e for e in _container(d)["env"] if e["name"] == name)
+
+
+BREAKAGES: dict[str, Callable[[Obj], Any]] = {
+    "one replica": lambda d: d["spec"].update(replicas=1),
+    "runs as root": lambda d: _sc(d).update(runAsUser=0),
+    "pod root, container unset": lambda d: (
+        _sc(d).pop("runAsUser"),
+        _pod(d)["securityContext"].update(runAsUser=0),
+    ),
+    "runAsNonRoot dropped": lambda d: (
+        _sc(d).pop("runAsNonRoot"),
+        _pod(d)["securityContext"].pop("runAsNonRoot"),
+    ),
+    "writable root fs": lambda d: _sc(d).pop("readOnlyRootFilesystem"),
+    "privilege escalation": lambda d: _sc(d).update(allowPrivilegeEscalation=True),
+    "capabilities kept": lambda d: _sc(d).pop("capabilities"),
+    "capability added": lambda d: _sc(d)["capabilities"].update(add=["NET_ADMIN"]),
+    "no seccomp": lambda d: (_sc(d).pop("seccompProfile"), _pod(d)["securityContext"].clear()),
+    "no readiness probe": lambda d: _container(d).pop("readinessProbe"),
+    "liveness on /readyz": lambda d: _container(d)["livenessProbe"]["httpGet"].update(
+        path="/readyz"
+    ),
+    "no preStop": lambda d: _container(d).pop("lifecycle"),
+    "short grace period": lambda d: _pod(d).update(terminationGracePeriodSeconds=10),
+    "no limits": lambda d: _container(d)["resources"].pop("limits"),
+    "bigger requests": lambda d: _container(d)["resources"]["requests"].update(cpu="1"),
+    "literal token": lambda d: _env(d, "SLO_API_TOKEN").update(value="s3cret"),
+    "token from another key": lambda d: _env(d, "SLO_API_TOKEN")["valueFrom"][
+        "secretKeyRef"
+    ].update(key="password"),
+    "console logs": lambda d: _env(d, "LOG_FORMAT").update(value="console"),
+    "no /tmp": lambda d: _container(d).pop("volumeMounts"),
+    "other port": lambda d: _container(d)["ports"][0].update(containerPort=80),
+    "no token mount": lambda d: _pod(d).update(automountServiceAccountToken=False),
+    "default ServiceAccount": lambda d: _pod(d).pop("serviceAccountName"),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+def test_the_checklist_catches(breakage: str) -> None:
+    deployment = copy.deepcopy(_deployment())
+    BREAKAGES[breakage](deployment)
+    assert deployment_problems(deployment) != []
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["port 8080", "target 8080 by a missing name", "selector", "no selector"],
+)
+def test_the_service_check_catches(breakage: str) -> None:
+    service, deployment = copy.deepcopy(_service()), _deployment()
+    spec = service["spec"]
+    if breakage == "port 8080":
+        spec["ports"][0]["port"] = 8080
+    elif breakage == "target 8080 by a missing name":
+        spec["ports"][0]["targetPort"] = "web"
+    elif breakage == "selector":
+        spec["selector"] = {"app.kubernetes.io/name": "other"}
+    else:
+        spec.pop("selector")
+    assert service_problems(service, deployment) != []
+
+
+# -- the image -------------------------------------------------------------------------------
+
+
+def _dockerfile() -> list[str]:
+    """Instructions, with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", (REPO / "Dockerfile").read_text())
+    stripped = (line.strip() for line in text.splitlines())
+    return [line for line in stripped if line and not line.startswith("#")]
+
+
+def _final_stage(lines: list[str]) -> list[str]:
+    starts = [i for i, line in enumerate(lines) if line.upper().startswith("FROM ")]
+    assert starts, "no FROM"
+    return lines[starts[-1] :]
+
+
+def _instruction(lines: list[str], name: str) -> list[str]:
+    return [line.split(None, 1)[1] for line in lines if line.split()[0].upper() == name]
+
+
+def test_the_image_is_slim_non_root_and_runs_the_console_script_as_pid_1() -> None:
+    lines = _dockerfile()
+    text = "\n".join(lines)
+    assert "python:3.11-slim" in text
+    final = _final_stage(lines)
+
+    users = _instruction(final, "USER")
+    assert users, "the final stage sets no USER"
+    assert users[-1].split(":")[0] == str(USER_ID), "USER must be numeric (runAsNonRoot checks it)"
+    assert users[-1] == f"{USER_ID}:{USER_ID}"
+    assert _instruction(final, "EXPOSE") == [str(PORT)]
+
+    entrypoint = _instruction(final, "ENTRYPOINT")
+    assert len(entrypoint) == 1
+    argv = json.loads(entrypoint[0])  # exec form: a JSON array, so no shell sits at PID 1
+    assert isinstance(argv, list)
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert argv == [NAME]
+    assert NAME in scripts
+
+    env = " ".join(_instruction(final, "ENV"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    assert "PYTHONUNBUFFERED=1" in env
+
+
+def test_the_image_installs_dependencies_before_copying_the_code() -> None:
+    lines = _dockerfile()
+
+    def first(pattern: str) -> int:
+        found = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+        assert found, pattern
+        return found[0]
+
+    copy_pyproject = first(r"^COPY\s+pyproject\.toml\b")
+    install_deps = first(r"^RUN\b.*pip install -r")
+    copy_code = first(r"^COPY\s+slo_api/?\s")
+    install_package = first(r"^RUN\b.*pip install --no-deps \.")
+    assert copy_pyproject < install_deps < copy_code < install_package
+    # hatchling reads the README named in pyproject.toml, so it must be in the build.
+    readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"].get("readme")
+    if readme:
+        assert first(rf"^COPY\s+.*\b{re.escape(readme)}\b") < install_package
+
+
+def _dockerignore() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_the_build_context_keeps_what_the_build_copies_and_drops_the_rest() -> None:
+    patterns = _dockerignore()
+    for needed in ("pyproject.toml", "README.md", "slo_api"):
+        assert needed not in patterns, needed
+        assert not any(re.fullmatch(p.replace("*", ".*"), needed) for p in patterns), needed
+    for dropped in (".git", ".venv", "tests", ".cluster", ".demo", "**/__pycache__"):
+        assert dropped in patterns, dropped
+    assert "controlplane" in patterns or "controlplane/go" in patterns
