@@ -6,6 +6,7 @@ See ``slo_api.cli`` for the exit codes; ``sloctl --help`` lists them too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -176,6 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`sloctl list | head`): not a failure. Point stdout at devnull
+        # so the interpreter's final flush does not complain either.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -697,6 +697,20 @@ def test_timeout_for_real(capsys: pytest.CaptureFixture[str]) -> None:
     assert "within 0.2s" in err
 
 
+class _ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_goes_away_is_not_an_error(
+    api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.get("/config").respond(json={"items": SUMMARIES, "total": 4})
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+
+    assert main(["list"]) == 0
+
+
 # -- usage --------------------------------------------------------------------------------------
 
 
