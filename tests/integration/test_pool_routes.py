@@ -181,9 +181,12 @@ async def test_delete_resets_pool_settings(
     response = await service.delete(f"/routes/{route}")
     assert response.status_code == 204
     spec = _stored(admin, namespace, route)["spec"]
-    assert spec["swapPolicy"] == "sticky" and spec["swapBudget"] == "300s"
-    assert "default" not in spec and "reclaimAfter" not in spec
-    assert spec["gpu"] == 2 and spec["nodeSelector"] == {"gpu": "a100"}
+    assert spec["swapPolicy"] == "sticky"
+    assert spec["swapBudget"] == "300s"
+    assert "default" not in spec
+    assert "reclaimAfter" not in spec
+    assert spec["gpu"] == 2
+    assert spec["nodeSelector"] == {"gpu": "a100"}
     assert _stored(admin, namespace, route)["status"]["phase"] == "Ready"
 
 

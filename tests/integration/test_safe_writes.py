@@ -98,7 +98,8 @@ async def test_if_none_match_on_a_route_and_on_config(
     changed = await service.get(
         f"/routes/{route}", headers={"If-None-Match": first.headers["etag"]}
     )
-    assert changed.status_code == 200 and changed.json()["priority"] == 4
+    assert changed.status_code == 200
+    assert changed.json()["priority"] == 4
     after = await service.get("/config", params={"pageSize": 200}, headers={"If-None-Match": etag})
     assert after.status_code == 200
 
@@ -120,7 +121,8 @@ async def test_dry_run_validates_fully_and_stores_nothing(
     assert good.json()["priority"] == 10
     assert good.json()["maximumDeployment"] == {"type": "replica", "value": 7}
     reset = await service.delete(f"/routes/{route}?dryRun=true")
-    assert reset.status_code == 200 and reset.json()["priority"] == 0
+    assert reset.status_code == 200
+    assert reset.json()["priority"] == 0
     after = _stored(admin, namespace)
     assert after["spec"] == before["spec"]
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

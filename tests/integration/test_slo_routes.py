@@ -99,7 +99,8 @@ async def test_llm_put_merges_owned_fields_and_keeps_the_rest(
     )
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["priority"] == 10 and body["highPriority"] is True
+    assert body["priority"] == 10
+    assert body["highPriority"] is True
     assert body["maximumDeployment"] == {"type": "replica", "value": 6}
     assert body["ttft"] == TTFT  # not sent: kept
     spec = _spec(admin, "LLMSLORequirement", namespace, "chat")
@@ -124,7 +125,8 @@ async def test_priority_rules(admin: Admin, namespace: str, service: RunningServ
     route = await _llm(admin, service, namespace)
     ok = await service.put(f"/routes/{route}", {"highPriority": False, "priority": 7})
     assert ok.status_code == 200
-    assert ok.json()["priority"] == 7 and ok.json()["highPriority"] is False
+    assert ok.json()["priority"] == 7
+    assert ok.json()["highPriority"] is False
     for body, field in (
         ({"highPriority": True, "priority": 7}, "highPriority"),
         ({"highPriority": False, "priority": 10}, "highPriority"),
@@ -203,7 +205,8 @@ async def test_cel_rules_come_back_as_400_with_the_field_and_no_names(
     assert says in error["message"]
     assert any(c["field"] == field for c in error["causes"])
     others = response.text.replace(route, "<route>")
-    assert "celcheck" not in others and namespace not in others
+    assert "celcheck" not in others
+    assert namespace not in others
     assert "LLMSLORequirement" not in response.text
     assert _spec(admin, "LLMSLORequirement", namespace, "celcheck") == before
 
@@ -319,7 +322,8 @@ async def test_job_get_put_keeps_promql_and_delete_keeps_queue(
     spec = _spec(admin, "JobSLORequirement", namespace, "render")
     assert spec["queue"] == {"maxDepth": 50, "promql": "sum(jobs_pending)"}
     assert spec["targetRef"] == {"kind": "Deployment", "name": "render"}
-    assert spec["priority"] == 0 and "maximumDeployment" not in spec
+    assert spec["priority"] == 0
+    assert "maximumDeployment" not in spec
 
 
 @pytest.mark.parametrize(
@@ -403,9 +407,11 @@ async def test_a_route_claimed_by_an_llm_and_a_job_cr_is_409_everywhere(
         assert response.status_code == 409
         error = response.json()["error"]
         assert error["code"] == "conflict"
-        assert "2 CRs" in error["message"] and "job" in error["message"]
+        assert "2 CRs" in error["message"]
+        assert "job" in error["message"]
         others = response.text.replace(shared, "<route>")
-        assert "secret-" not in others and namespace not in others
+        assert "secret-" not in others
+        assert namespace not in others
 
 
 async def test_two_namespaces_claiming_a_route_is_409(
