@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import orjson
 from fastapi import FastAPI, Request
@@ -39,6 +40,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"no such path: {request.url.path}"
     elif exc.status_code == 405:
         message = f"{request.method} is not allowed on {request.url.path}"
+        return error_response(ApiError(405, message, headers={"Allow": _allowed(request)}))
     else:
         message = str(exc.detail)
     return error_response(
@@ -49,6 +51,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             code=CODES.get(exc.status_code, "error"),
         )
     )
+
+
+def _allowed(request: Request) -> str:
+    # Each method is its own route here, so Starlette's Allow would name only the first
+    # match; the OpenAPI paths list every method a path takes.
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", ".+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {m.upper() for m in operations}
+    return ", ".join(sorted(methods))
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

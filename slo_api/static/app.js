@@ -750,7 +750,7 @@
         h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "Member" }), h("th", { scope: "col", text: "Phase" }),
           h("th", { scope: "col", text: "Resident" }))),
         h("tbody", {}, memberRows)) : h("p", { class: "hint", text: "No member status reported." }));
-    return h("div", {}, settings, status);
+    return h("div", { class: "stack" }, settings, status);
   }
 
   // ---------------------------------------------------------------- save and reset

@@ -1,0 +1,94 @@
+"""A small in-memory stand-in for slo_api.kube.Kube, for HTTP-layer and fault tests."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from slo_api.kube import KubeError, Resource
+
+Obj = dict[str, Any]
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge(result.get(key), value)
+    return result
+
+
+class FakeKube:
+    """Objects by (plural, namespace, name); watches idle until closed. Faults are injectable."""
+
+    def __init__(self, objects: dict[str, list[Obj]] | None = None) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.rv = 100
+        self.missing: set[str] = set()
+        self.fail_next: KubeError | None = None
+        self.patches: list[tuple[str, Obj, bool]] = []
+        self.closed = False
+        for plural, items in (objects or {}).items():
+            for obj in items:
+                self.add(plural, obj)
+
+    def add(self, plural: str, obj: Obj) -> Obj:
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "ns")
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta["resourceVersion"] = str(self.rv)
+        self.objects[(plural, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def _fault(self) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+
+    async def list(self, res: Resource, **_: Any) -> Obj:
+        if res.plural in self.missing:
+            raise KubeError(404, message="404 page not found")
+        items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
+        return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
+
+    async def get(self, res: Resource, namespace: str, name: str) -> Obj:
+        self._fault()
+        obj = self.objects.get((res.plural, namespace, name))
+        if obj is None:
+            raise KubeError(404, "NotFound", "not found", is_status=True)
+        return copy.deepcopy(obj)
+
+    async def patch(
+        self, res: Resource, namespace: str, name: str, patch: Obj, *, dry_run: bool = False
+    ) -> Obj:
+        self._fault()
+        key = (res.plural, namespace, name)
+        if key not in self.objects:
+            raise KubeError(404, "NotFound", "not found", is_status=True)
+        self.patches.append((res.plural, copy.deepcopy(patch), dry_run))
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted and wanted != self.objects[key]["metadata"]["resourceVersion"]:
+            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        merged: Obj = merge(self.objects[key], {k: v for k, v in patch.items() if k != "metadata"})
+        if dry_run:
+            return merged
+        self.rv += 1
+        merged["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[key] = merged
+        return copy.deepcopy(merged)
+
+    async def watch(self, res: Resource, **_: Any) -> AsyncIterator[Obj]:
+        await asyncio.Event().wait()
+        yield {}
+
+    async def close(self) -> None:
+        self.closed = True

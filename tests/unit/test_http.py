@@ -1,0 +1,265 @@
+"""The HTTP contract that needs no API server: auth, the error envelope, limits, probes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from slo_api.kube import KubeError, Resource
+from tests.unit.conftest import AUTH, TOKEN, Started, llm_cr
+from tests.unit.fakes import FakeKube
+
+
+async def _ready(client: object, app: object) -> None:
+    for _ in range(200):
+        if app.state.runtime.ready():  # type: ignore[attr-defined]
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never ready")
+
+
+async def test_routes_and_config_need_a_bearer_token(start: Started) -> None:
+    async with start(FakeKube({"llmslorequirements": [llm_cr("a")]})) as (client, app):
+        await _ready(client, app)
+        for path in ("/routes/a", "/config", "/config/a"):
+            missing = await client.get(path)
+            assert missing.status_code == 401
+            assert missing.headers["www-authenticate"].startswith("Bearer")
+            assert missing.json()["error"]["code"] == "unauthorized"
+            wrong = await client.get(path, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            basic = await client.get(path, headers={"Authorization": f"Basic {TOKEN}"})
+            assert basic.status_code == 401
+        assert (await client.get("/routes/a", headers=AUTH)).status_code == 200
+        for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+            assert (await client.get(open_path)).status_code == 200
+
+
+async def test_unknown_paths_and_methods_use_the_envelope(start: Started) -> None:
+    async with start() as (client, _app):
+        missing = await client.get("/nowhere", headers=AUTH)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "not_found"
+        wrong = await client.post("/routes/x", headers=AUTH)
+        assert wrong.status_code == 405
+        assert wrong.json()["error"]["code"] == "method_not_allowed"
+        assert set(wrong.headers["allow"].replace(" ", "").split(",")) == {"GET", "PUT", "DELETE"}
+
+
+async def test_query_validation_errors_are_400_with_the_field(start: Started) -> None:
+    async with start() as (client, app):
+        await _ready(client, app)
+        for params, field in (
+            ({"pageSize": 0}, "pageSize"),
+            ({"pageSize": 201}, "pageSize"),
+            ({"page": "x"}, "page"),
+            ({"kind": "gpu"}, "kind"),
+        ):
+            response = await client.get("/config", params=params, headers=AUTH)
+            assert response.status_code == 400, params
+            assert response.json()["error"]["code"] == "invalid_request"
+            assert response.json()["error"]["field"] == field
+
+
+async def test_request_id_is_echoed_or_generated(start: Started) -> None:
+    async with start() as (client, _app):
+        echoed = await client.get("/healthz", headers={"X-Request-Id": "abc-123"})
+        assert echoed.headers["x-request-id"] == "abc-123"
+        generated = await client.get("/nowhere")
+        assert len(generated.headers["x-request-id"]) == 32
+        hostile = await client.get("/healthz", headers={"X-Request-Id": "a\tb<script>"})
+        assert hostile.headers["x-request-id"] != "a\tb<script>"
+
+
+async def test_readyz_is_503_with_a_reason_until_every_kind_synced(start: Started) -> None:
+    gate = asyncio.Event()
+
+    class SlowJobs(FakeKube):
+        async def list(self, res: Resource, **kwargs: Any) -> dict[str, Any]:
+            if res.plural == "jobslorequirements":
+                await gate.wait()
+            return await super().list(res, **kwargs)
+
+    kube = SlowJobs()
+    async with start(kube) as (client, app):
+        await asyncio.sleep(0.05)
+        waiting = await client.get("/readyz")
+        assert waiting.status_code == 503
+        assert waiting.json()["status"] == "not_ready"
+        assert "job" in waiting.json()["reason"]
+        assert waiting.json()["kinds"]["llm"]["synced"] is True
+        assert waiting.json()["kinds"]["job"]["synced"] is False
+        listing = await client.get("/config", headers=AUTH)
+        assert listing.status_code == 503
+        assert listing.json()["error"]["code"] == "not_ready"
+        gate.set()
+        await _ready(client, app)
+        assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None:
+    kube = FakeKube()
+    kube.missing.add("jobslorequirements")
+    async with start(kube) as (client, app):
+        await _ready(client, app)
+        body = (await client.get("/readyz")).json()
+        assert body["kinds"]["job"] == {"synced": True, "present": False, "objects": 0}
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b'{"priority": 1, "priority": 2}', "duplicate"),
+        (b'{"ttft": {"default": {"metrics": [{"type": "p90", "threshold": NaN}]}}}', "NaN"),
+        (
+            b'{"ttft": {"default": {"metrics": [{"type": "p90", "threshold": Infinity}]}}}',
+            "Infinity",
+        ),
+        (b'{"priority": 99999999999999999999}', "too large"),
+        (b"[1, 2]", "JSON object"),
+        (b"{not json", "not valid JSON"),
+        (b"", "empty"),
+        (b"[" * 5000 + b"]" * 5000, "nested"),
+        (b'{"a": ' + b'{"b": ' * 40 + b"1" + b"}" * 41, "nested"),
+    ],
+)
+async def test_bad_json_is_400_and_never_reaches_the_api_server(
+    start: Started, raw: bytes, says: str
+) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    async with start(kube) as (client, app):
+        await _ready(client, app)
+        response = await client.put(
+            "/routes/a", content=raw, headers={**AUTH, "Content-Type": "application/json"}
+        )
+        assert response.status_code == 400
+        assert says in response.json()["error"]["message"]
+        assert kube.patches == []
+
+
+async def test_body_limits_413_and_415(start: Started) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    async with start(kube, max_body_bytes=2048) as (client, app):
+        await _ready(client, app)
+        big = b'{"x": "' + b"a" * 4000 + b'"}'
+        declared = await client.put(
+            "/routes/a", content=big, headers={**AUTH, "Content-Type": "application/json"}
+        )
+        assert declared.status_code == 413
+        assert declared.json()["error"]["code"] == "payload_too_large"
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(10):
+                yield b"a" * 1000
+
+        chunked = await client.put(
+            "/routes/a", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
+        )
+        assert chunked.status_code == 413
+        text = await client.put(
+            "/routes/a", content=b"priority=1", headers={**AUTH, "Content-Type": "text/plain"}
+        )
+        assert text.status_code == 415
+        assert text.json()["error"]["code"] == "unsupported_media_type"
+        assert kube.patches == []
+
+
+@pytest.mark.parametrize("route", ["a" * 254, "bad%01name", "tab%09name"])
+async def test_hostile_route_names_are_400(start: Started, route: str) -> None:
+    async with start() as (client, app):
+        await _ready(client, app)
+        response = await client.get(f"/routes/{route}", headers=AUTH)
+        assert response.status_code == 400
+        assert response.json()["error"]["field"] == "route"
+
+
+async def test_route_names_are_percent_decoded_once_and_case_sensitive(start: Started) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a", route="team/chat 7b")]})
+    async with start(kube) as (client, app):
+        await _ready(client, app)
+        assert (await client.get("/routes/team%2Fchat%207b", headers=AUTH)).status_code == 200
+        assert (await client.get("/routes/team%252Fchat%207b", headers=AUTH)).status_code == 404
+        assert (await client.get("/routes/TEAM%2Fchat%207b", headers=AUTH)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (
+            KubeError(403, "Forbidden", "llmslorequirements is forbidden", is_status=True),
+            502,
+            "upstream_error",
+        ),
+        (KubeError(500, "InternalError", "etcd", is_status=True), 502, "upstream_error"),
+        (KubeError(404, "NotFound", "gone", is_status=True), 404, "not_found"),
+    ],
+)
+async def test_api_server_failures_map_to_clear_errors(
+    start: Started, caplog: pytest.LogCaptureFixture, error: KubeError, status: int, code: str
+) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    async with start(kube) as (client, app):
+        await _ready(client, app)
+        kube.fail_next = error
+        with caplog.at_level(logging.ERROR):
+            response = await client.put("/routes/a", json={"priority": 1}, headers=AUTH)
+        assert response.status_code == status
+        assert response.json()["error"]["code"] == code
+        if error.status == 403:
+            assert any("RBAC" in r.getMessage() for r in caplog.records)
+
+
+async def test_timeouts_are_504(start: Started) -> None:
+    from slo_api.kube import KubeTimeout
+
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    async with start(kube) as (client, app):
+        await _ready(client, app)
+        kube.fail_next = KubeTimeout(0, "Timeout", "slow")
+        response = await client.get("/routes/a", headers=AUTH)
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "upstream_timeout"
+
+
+async def test_tokens_never_reach_the_logs(
+    start: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    with caplog.at_level(logging.DEBUG):
+        async with start(kube) as (client, app):
+            await _ready(client, app)
+            await client.put("/routes/a", json={"priority": 3}, headers=AUTH)
+            await client.get("/routes/a", headers={"Authorization": "Bearer wrong-secret"})
+    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    assert TOKEN not in text
+    assert "wrong-secret" not in text
+    audits = [r for r in caplog.records if r.name == "slo_api.audit"]
+    assert len(audits) == 1
+    assert audits[0].__dict__["fields"] == ["priority"]
+    assert audits[0].__dict__["role"] == "write"
+    assert audits[0].__dict__["outcome"] == 200
+
+
+async def test_a_read_token_reads_but_gets_403_on_writes(start: Started, tmp_path: object) -> None:
+    from pathlib import Path
+
+    tokens = Path(str(tmp_path)) / "tokens"
+    tokens.write_text("r-token read\nw-token write\n")
+    kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
+    async with start(kube, slo_api_token=None, slo_api_tokens_file=tokens) as (client, app):
+        await _ready(client, app)
+        read = {"Authorization": "Bearer r-token"}
+        assert (await client.get("/routes/a", headers=read)).status_code == 200
+        put = await client.put("/routes/a", json={"priority": 1}, headers=read)
+        assert put.status_code == 403
+        assert put.json()["error"]["code"] == "forbidden"
+        assert (await client.delete("/routes/a", headers=read)).status_code == 403
+        assert kube.patches == []
+        write = {"Authorization": "Bearer w-token"}
+        assert (
+            await client.put("/routes/a", json={"priority": 1}, headers=write)
+        ).status_code == 200
