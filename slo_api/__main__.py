@@ -2,14 +2,53 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
+import threading
+from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 from pydantic import ValidationError
 
 from slo_api.app import create_app
+from slo_api.auth import TokenFileError
 from slo_api.logs import setup_logging
 from slo_api.settings import Settings
+
+log = logging.getLogger("slo_api")
+
+
+class Server(uvicorn.Server):
+    """On SIGTERM, say 503 on /readyz for a grace period, then stop as uvicorn does:
+    stop accepting, let in-flight requests finish, run the lifespan shutdown."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, grace_seconds: float) -> None:
+        super().__init__(config)
+        self.app = app
+        self.grace_seconds = grace_seconds
+        self._draining = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        runtime = getattr(self.app.state, "runtime", None)
+        if runtime is not None:
+            runtime.shutting_down = True
+        if sig == signal.SIGTERM and self.grace_seconds > 0 and not self._draining:
+            self._draining = True
+            log.info("SIGTERM: not ready; stopping in %gs", self.grace_seconds)
+            timer = threading.Timer(self.grace_seconds, self._stop, (sig, frame))
+            timer.daemon = True
+            timer.start()
+            return
+        self._stop(sig, frame)
+
+    def _stop(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises captured signals after shutdown; a SIGTERM that drained cleanly
+        # is a normal stop, so the process exits 0 instead of dying by the signal.
+        if sig == signal.SIGTERM:
+            self._captured_signals = [s for s in self._captured_signals if s != sig]
 
 
 def main() -> int:
@@ -23,18 +62,19 @@ def main() -> int:
         print(f"slo-api: invalid settings: {problems}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level, settings.log_format)
+    try:
+        app = create_app(settings)
+    except TokenFileError as exc:
+        print(f"slo-api: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
+        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+        proxy_headers=True, server_header=False, lifespan="on",
         timeout_graceful_shutdown=30,
     )
-    uvicorn.Server(config).run()
-    return 0
+    server = Server(config, app, settings.shutdown_grace_seconds)
+    server.run()
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from slo_api import __version__
 from slo_api.api import errors, health, routes
 from slo_api.api.middleware import RequestMiddleware
 from slo_api.api.schema import add_components
+from slo_api.auth import TokenStore
 from slo_api.metrics import Metrics
 from slo_api.runtime import KubeFactory, Runtime, connect_kube
 from slo_api.settings import Settings
@@ -28,11 +29,14 @@ def create_app(
 ) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
+    token = settings.slo_api_token.get_secret_value() if settings.slo_api_token else None
+    # Built here, not in the lifespan, so a bad tokens file stops the process before it serves.
+    tokens = TokenStore(token, settings.slo_api_tokens_file)
     connect = kube_factory or connect_kube
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime(settings, await connect(settings, metrics), metrics)
+        runtime = Runtime(settings, await connect(settings, metrics), metrics, tokens)
         app.state.runtime = runtime
         runtime.start()
         try:

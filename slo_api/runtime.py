@@ -28,15 +28,16 @@ async def connect_kube(settings: Settings, metrics: Metrics) -> Kube:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, kube: Kube, metrics: Metrics, tokens: TokenStore
+    ) -> None:
         self.settings = settings
         self.kube = kube
         self.metrics = metrics
         self.kinds: list[Kind] = build_kinds(settings)
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
-        token = settings.slo_api_token.get_secret_value() if settings.slo_api_token else None
-        self.tokens = TokenStore(token, settings.slo_api_tokens_file)
+        self.tokens = tokens
         self.informers = [
             Informer(
                 kube,

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     shutdown_grace_seconds: float = Field(
-        0, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
+        2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )
 
     @model_validator(mode="after")

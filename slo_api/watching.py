@@ -2,8 +2,9 @@
 
 - List (paged), replace the kind's entries, then watch from the list's resourceVersion with
   bookmarks and a randomised server timeout.
-- A normal close re-watches from the last resourceVersion; 410 Gone/Expired or an unknown error
-  relists; 429 waits for Retry-After and re-watches.
+- A normal close or a lost connection re-watches from the last resourceVersion (after a backoff
+  if it ended at once); 410 Gone/Expired or an unknown error relists; 429 waits for Retry-After
+  and re-watches.
 - No bytes for `watch_inactivity_seconds` (bookmarks arrive about every minute) reconnects, so a
   silently dead connection heals.
 - A CRD that is not served (404 without a JSON Status) leaves the kind empty but synced, and is
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from slo_api.index import CRIndex
 from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable
 from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.watch")
@@ -48,7 +49,11 @@ class Backoff:
 
 
 class _Relist(Exception):
-    """The watch cannot resume: list again."""
+    """The watch cannot resume: list again. `reason` labels the restart metric."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 class _CrdGone(Exception):
@@ -97,7 +102,7 @@ class Informer:
                 self._absent()
                 await asyncio.sleep(self.crd_recheck_seconds)
             except _Relist as exc:
-                self.metrics.watch_restarts.labels(self.kind.name, "relist").inc()
+                self.metrics.watch_restarts.labels(self.kind.name, exc.reason).inc()
                 log.info("%s: relisting (%s)", self._plural, exc)
                 await asyncio.sleep(self.backoff.next())
             except KubeError as exc:
@@ -176,9 +181,19 @@ class Informer:
                 )
                 self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
                 continue
+            except KubeUnavailable as exc:
+                # A dropped or refused connection (an API server restarting, say) says nothing
+                # about the index: like client-go, resume from the last resourceVersion. The
+                # server replays what was missed, or answers 410 and we relist.
+                log.warning(
+                    "%s: watch lost (%s); resuming from %s", self._plural, exc, resource_version
+                )
+                ended = "unavailable"
             except KubeError as exc:
                 if exc.status == 410:
-                    raise _Relist(f"resourceVersion {resource_version} expired") from None
+                    raise _Relist(
+                        "expired", f"resourceVersion {resource_version} expired"
+                    ) from None
                 if exc.status == 404 and not exc.is_status:
                     raise _CrdGone from None
                 if exc.status == 429:
@@ -186,13 +201,17 @@ class Informer:
                     self.metrics.watch_restarts.labels(self.kind.name, "throttled").inc()
                     await asyncio.sleep(delay)
                     continue
-                raise _Relist(str(exc)) from None
-            if events == 0 and time.monotonic() - started < QUICK_CLOSE_SECONDS:
-                # A watch that closes at once with nothing in it is a failure in disguise.
-                self.metrics.watch_restarts.labels(self.kind.name, "quick-close").inc()
-                await asyncio.sleep(self.backoff.next())
+                raise _Relist("relist", str(exc)) from None
             else:
-                self.metrics.watch_restarts.labels(self.kind.name, "closed").inc()
+                ended = "closed"
+            # A watch that ends at once with nothing in it (refused, or closed by the server)
+            # is a failure in disguise: back off before the next one.
+            quick = events == 0 and time.monotonic() - started < QUICK_CLOSE_SECONDS
+            if quick and ended == "closed":
+                ended = "quick-close"
+            self.metrics.watch_restarts.labels(self.kind.name, ended).inc()
+            if quick:
+                await asyncio.sleep(self.backoff.next())
 
     def _apply(self, event: Obj) -> str | None:
         kind = str(event.get("type"))

@@ -1,0 +1,170 @@
+"""Running it as operators do: the real process, its logs, metrics and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controlplane.admin import Admin
+from controlplane.server import free_port
+from tests.integration import crs
+from tests.integration.service import RunningService
+from tests.integration.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+TOKEN = "ops-token-do-not-log"
+
+
+class Process:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.log = log
+
+    def lines(self) -> list[dict[str, object]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"unparsed": line})
+        return out
+
+
+async def _start(kubeconfig: Path, tmp: Path, **env: str) -> Process:
+    port = free_port()
+    log = tmp / "slo-api.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slo_api"],
+        env={**os.environ, "SLO_API_TOKEN": TOKEN, "KUBECONFIG": str(kubeconfig),
+             "PORT": str(port), "HOST": "127.0.0.1", "LOG_FORMAT": "json", **env},
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"slo-api exited: {log.read_text()}")
+            try:
+                if (await client.get(f"{url}/readyz")).status_code == 200:
+                    return Process(proc, url, log)
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"slo-api never ready: {log.read_text()}")
+
+
+@pytest.fixture
+async def proxy(cluster: object) -> AsyncIterator[TcpProxy]:
+    plane = cluster.plane  # type: ignore[attr-defined]
+    started = await TcpProxy("127.0.0.1", plane.port).start()
+    yield started
+    await started.stop()
+
+
+async def test_sigterm_lets_a_slow_request_finish_and_exits_cleanly(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path, proxy: TcpProxy
+) -> None:
+    route = f"slow-{namespace}"
+    admin.create(crs.llm(namespace, "slow", service_id=route))
+    kubeconfig = proxy.kubeconfig(slo_api_kubeconfig, tmp_path / "proxied.kubeconfig")
+    process = await _start(kubeconfig, tmp_path, SHUTDOWN_GRACE_SECONDS="1")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=process.url, timeout=30) as client:
+        proxy.delay = 2.0  # the API server now answers slowly
+        slow = asyncio.create_task(client.get(f"/routes/{route}", headers=auth))
+        await asyncio.sleep(0.5)
+        process.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        during = await client.get("/readyz")
+        assert during.status_code == 503
+        assert during.json()["reason"] == "shutting down"
+        finished = await slow
+        assert finished.status_code == 200
+        assert finished.json()["route"] == route
+    assert process.proc.wait(timeout=30) == 0
+    text = process.log.read_text()
+    assert "Unclosed client session" not in text
+    assert "Unclosed connector" not in text
+    assert TOKEN not in text
+
+
+async def test_json_logs_carry_request_ids_and_one_audit_line_per_write(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    route = f"logged-{namespace}"
+    admin.create(crs.llm(namespace, "logged", service_id=route))
+    process = await _start(slo_api_kubeconfig, tmp_path)
+    try:
+        auth = {"Authorization": f"Bearer {TOKEN}", "X-Request-Id": "req-42"}
+        async with httpx.AsyncClient(base_url=process.url) as client:
+            for _ in range(100):
+                if (await client.get(f"/routes/{route}", headers=auth)).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            written = await client.put(f"/routes/{route}", json={"priority": 3,
+                                                                "maximumDeployment": None},
+                                       headers=auth)
+            assert written.status_code == 200
+            dry = await client.put(f"/routes/{route}?dryRun=true", json={"priority": 4},
+                                   headers=auth)
+            assert dry.status_code == 200
+    finally:
+        process.proc.terminate()
+        process.proc.wait(timeout=30)
+    lines = process.lines()
+    assert all("unparsed" not in line for line in lines), lines
+    audits = [line for line in lines if line.get("audit")]
+    assert [(a["dry_run"], a["fields"], a["role"], a["outcome"]) for a in audits] == [
+        (False, ["maximumDeployment", "priority"], "write", 200),
+        (True, ["priority"], "write", 200),
+    ]
+    assert all(a["request_id"] == "req-42" and a["route"] == route for a in audits)
+    assert any(line.get("logger", "").startswith("uvicorn") for line in lines)
+    assert TOKEN not in process.log.read_text()
+
+
+async def test_metrics_move_with_requests_and_watch_events(
+    admin: Admin, namespace: str, service: RunningService
+) -> None:
+    def sample(text: str, name: str, **labels: str) -> float:
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line
+                                                    for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = (await service.client.get("/metrics")).text
+    route = f"metered-{namespace}"
+    admin.create(crs.llm(namespace, "metered", service_id=route))
+    await service.eventually(lambda: service.indexed(route), what="indexed")
+    assert (await service.get(f"/routes/{route}")).status_code == 200
+    after = (await service.client.get("/metrics")).text
+    assert sample(after, "slo_api_watch_events_total", kind="llm", type="added") > sample(
+        before, "slo_api_watch_events_total", kind="llm", type="added")
+    assert sample(after, "slo_api_http_requests_total", method="GET",
+                  route="/routes/{route:path}", status="200") >= 1
+    assert sample(after, "slo_api_upstream_requests_total", verb="get", code="200") >= 1
+    assert sample(after, "slo_api_kind_synced", kind="pool") == 1
+    assert sample(after, "slo_api_index_objects", kind="llm") >= 1
+    assert route not in after and TOKEN not in after
+
+
+def test_the_process_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLO_API_")}
+    result = subprocess.run([sys.executable, "-m", "slo_api"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert "SLO_API_TOKEN" in result.stderr
