@@ -42,3 +42,6 @@ clean:
 
 demo: venv controlplane
 	$(PY) -m controlplane demo --dir .demo
+
+openapi: venv
+	$(PY) -m slo_api.openapi openapi.yaml
