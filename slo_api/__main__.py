@@ -68,8 +68,14 @@ def main() -> int:
         print(f"slo-api: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-        proxy_headers=True, server_header=False, lifespan="on",
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+        lifespan="on",
         timeout_graceful_shutdown=30,
     )
     server = Server(config, app, settings.shutdown_grace_seconds)

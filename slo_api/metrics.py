@@ -94,7 +94,7 @@ class Metrics:
         )
         self.writes = Counter(
             "slo_api_writes_total",
-            "PUT and DELETE outcomes",
+            "PUT and DELETE outcomes (the HTTP status, or dry_run)",
             ["kind", "outcome"],
             registry=self.registry,
         )

@@ -75,6 +75,8 @@ def _audit(
             "outcome": outcome,
         },
     )
+    outcome_label = "dry_run" if dry_run and outcome < 300 else str(outcome)
+    request.app.state.runtime.metrics.writes.labels(kind or "unknown", outcome_label).inc()
 
 
 async def get_route(

@@ -123,6 +123,9 @@ async def test_metrics_move_with_requests_and_watch_events(
     )
     assert sample(after, "slo_api_upstream_requests_total", verb="get", code="200") >= 1
     assert sample(after, "slo_api_kind_synced", kind="pool") == 1
+    assert (await service.put(f"/routes/{route}", {"priority": 2})).status_code == 200
+    written = (await service.client.get("/metrics")).text
+    assert sample(written, "slo_api_writes_total", kind="llm", outcome="200") >= 1
     assert sample(after, "slo_api_index_objects", kind="llm") >= 1
     assert route not in after
     assert TOKEN not in after

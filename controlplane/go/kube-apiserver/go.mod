@@ -6,7 +6,7 @@ module slo-api.local/controlplane/kube-apiserver
 
 go 1.26.0
 
-require k8s.io/kubernetes v1.37.2
+require k8s.io/kubernetes v1.37.2 // indirect
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -145,6 +145,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
+tool k8s.io/kubernetes/cmd/kube-apiserver
+
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
@@ -178,5 +180,3 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.2
 	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
-
-tool k8s.io/kubernetes/cmd/kube-apiserver
