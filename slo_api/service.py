@@ -113,13 +113,9 @@ class Service:
 
     async def _get(self, target: Target) -> Obj:
         try:
-            obj = await self.kube.get(target.kind.resource, target.namespace, target.name)
+            return await self.kube.get(target.kind.resource, target.namespace, target.name)
         except KubeError as exc:
             raise to_api_error(exc, target.kind, target.obj, conditional=False) from None
-        if obj.get("metadata", {}).get("uid") != target.obj["metadata"].get("uid"):
-            # Deleted and re-created under the same name: the index will catch up.
-            self.index.write_through(target.kind.resource.plural, obj)
-        return obj
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -159,6 +155,11 @@ class Service:
         return Result(self.project(target.kind, obj), etag_of(obj), sorted(spec_patch))
 
     # -- listing ---------------------------------------------------------------------------
+
+    def kind_of(self, route: str) -> str | None:
+        """The kind name of the one CR claiming a route, if exactly one does (for the audit)."""
+        claims = self.index.claims(route)
+        return self.kinds[claims[0][0]].name if len(claims) == 1 else None
 
     def summary(self, route: str) -> Obj:
         claims = self.index.claims(route)

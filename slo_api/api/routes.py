@@ -98,7 +98,7 @@ async def put_route(
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    kind = _kind_of(svc, route)
+    kind = svc.kind_of(route)
     result: Result | None = None
     outcome = 500
     try:
@@ -128,7 +128,7 @@ async def delete_route(
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    kind = _kind_of(svc, route)
+    kind = svc.kind_of(route)
     result: Result | None = None
     outcome = 500
     try:
@@ -143,11 +143,6 @@ async def delete_route(
         raise
     finally:
         _audit(request, route, role, dry_run, outcome, result, kind)
-
-
-def _kind_of(svc: Any, route: str) -> str | None:
-    claims = svc.index.claims(route)
-    return svc.kinds[claims[0][0]].name if len(claims) == 1 else None
 
 
 for prefix, tag, suffix in (

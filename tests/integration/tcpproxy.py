@@ -1,4 +1,4 @@
-"""A loopback TCP proxy that can delay, stall or cut what the API server sends back."""
+"""A loopback TCP proxy that can delay, stall, freeze or cut what the API server sends back."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ class TcpProxy:
         self.stalled = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        # Connections frozen by `freeze()`, by the writer towards the client.
+        self._frozen: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def start(self) -> TcpProxy:
@@ -35,6 +37,14 @@ class TcpProxy:
             writer.close()
         self._writers.clear()
 
+    def freeze(self) -> int:
+        """Silence every open connection for good, without closing it (a dead network path).
+
+        New connections pass as usual. Returns how many connections were frozen.
+        """
+        self._frozen |= self._writers
+        return len(self._writers) // 2
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -50,14 +60,16 @@ class TcpProxy:
             )
         for w in (writer, up_writer):
             self._writers.discard(w)
+            self._frozen.discard(w)
             w.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    slow: bool) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slow: bool
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(65536):
                 if slow:
-                    while self.stalled:
+                    while (self.stalled or writer in self._frozen) and not writer.is_closing():
                         await asyncio.sleep(0.05)
                     if self.delay:
                         await asyncio.sleep(self.delay)
