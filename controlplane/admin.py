@@ -170,7 +170,8 @@ class Admin:
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
                 conditions = {
-                    c["type"]: c["status"] for c in current.get("status", {}).get("conditions", [])
+                    c["type"]: c["status"]
+                    for c in (current.get("status") or {}).get("conditions") or []
                 }
                 if conditions.get("Established") == "True" and self._discoverable(
                     group, versions, plural
