@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -19,7 +22,7 @@ from slo_api.api.schema import (
 )
 from slo_api.errors import ApiError, invalid
 from slo_api.jsonbody import parse_object
-from slo_api.service import Result, parse_if_match
+from slo_api.service import Result, Service, parse_if_match
 
 router = APIRouter()
 audit = logging.getLogger("slo_api.audit")
@@ -51,32 +54,43 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in tags or etag.removeprefix("W/") in tags
 
 
-def _audit(
-    request: Request,
-    route: str,
-    role: str,
-    dry_run: bool,
-    outcome: int,
-    result: Result | None,
-    kind: str | None,
-) -> None:
-    audit.info(
-        "%s %s",
-        request.method,
-        "dry run" if dry_run else "write",
-        extra={
-            "audit": True,
-            "route": route,
-            "kind": kind,
-            "method": request.method,
-            "fields": result.changed if result else None,
-            "dry_run": dry_run,
-            "role": role,
-            "outcome": outcome,
-        },
-    )
-    outcome_label = "dry_run" if dry_run and outcome < 300 else str(outcome)
-    request.app.state.runtime.metrics.writes.labels(kind or "unknown", outcome_label).inc()
+@dataclass
+class _Write:
+    """What one write did, for its audit line and the writes metric."""
+
+    result: Result | None = None
+    outcome: int = 500
+
+
+@contextlib.contextmanager
+def _audited(
+    request: Request, svc: Service, route: str, role: str, dry_run: bool
+) -> Iterator[_Write]:
+    write = _Write()
+    kind = svc.kind_of(route)
+    try:
+        yield write
+    except ApiError as exc:
+        write.outcome = exc.status
+        raise
+    finally:
+        audit.info(
+            "%s %s",
+            request.method,
+            "dry run" if dry_run else "write",
+            extra={
+                "audit": True,
+                "route": route,
+                "kind": kind,
+                "method": request.method,
+                "fields": write.result.changed if write.result else None,
+                "dry_run": dry_run,
+                "role": role,
+                "outcome": write.outcome,
+            },
+        )
+        label = "dry_run" if dry_run and write.outcome < 300 else str(write.outcome)
+        request.app.state.runtime.metrics.writes.labels(kind or "unknown", label).inc()
 
 
 async def get_route(
@@ -98,10 +112,7 @@ async def put_route(
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    kind = svc.kind_of(route)
-    result: Result | None = None
-    outcome = 500
-    try:
+    with _audited(request, svc, route, role, dry_run) as write:
         content_type = request.headers.get("content-type")
         if content_type and content_type.split(";")[0].strip().lower() not in (
             "application/json",
@@ -109,14 +120,11 @@ async def put_route(
         ):
             raise ApiError(415, "send the body as application/json")
         data = parse_object(await request.body())
-        result = await svc.write(route, data, if_match=parse_if_match(if_match), dry_run=dry_run)
-        outcome = 200
-        return _json(result.body, headers={"ETag": result.etag})
-    except ApiError as exc:
-        outcome = exc.status
-        raise
-    finally:
-        _audit(request, route, role, dry_run, outcome, result, kind)
+        write.result = await svc.write(
+            route, data, if_match=parse_if_match(if_match), dry_run=dry_run
+        )
+        write.outcome = 200
+        return _json(write.result.body, headers={"ETag": write.result.etag})
 
 
 async def delete_route(
@@ -128,21 +136,13 @@ async def delete_route(
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    kind = svc.kind_of(route)
-    result: Result | None = None
-    outcome = 500
-    try:
-        result = await svc.reset(route, if_match=parse_if_match(if_match), dry_run=dry_run)
+    with _audited(request, svc, route, role, dry_run) as write:
+        write.result = await svc.reset(route, if_match=parse_if_match(if_match), dry_run=dry_run)
         if dry_run:
-            outcome = 200
-            return _json(result.body, headers={"ETag": result.etag})
-        outcome = 204
-        return Response(status_code=204, headers={"ETag": result.etag})
-    except ApiError as exc:
-        outcome = exc.status
-        raise
-    finally:
-        _audit(request, route, role, dry_run, outcome, result, kind)
+            write.outcome = 200
+            return _json(write.result.body, headers={"ETag": write.result.etag})
+        write.outcome = 204
+        return Response(status_code=204, headers={"ETag": write.result.etag})
 
 
 for prefix, tag, suffix in (
