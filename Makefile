@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv controlplane test lint typecheck unit integration cluster demo openapi bench soak clean
+.PHONY: venv controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
 
 venv: $(STAMP)
 
@@ -25,8 +25,22 @@ lint: venv
 	$(PY) -m ruff format --check slo_api controlplane tests
 	$(PY) -m mypy
 
-test: venv controlplane lint
+# Debian's Chromium for the browser tests (Playwright's own browser download is not used).
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+test: venv controlplane chromium lint
 	$(PY) -m pytest -ra
+
+browser: venv controlplane chromium
+	$(PY) -m pytest -ra tests/browser
+
+# Regenerates docs/demo-webui.png from the browser tests.
+screenshot: venv controlplane chromium
+	SLO_API_UPDATE_SCREENSHOT=1 $(PY) -m pytest -ra tests/browser
 
 unit: venv
 	$(PY) -m pytest -ra tests/unit

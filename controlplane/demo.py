@@ -165,7 +165,8 @@ def run_demo(directory: Path, port: int) -> int:
             flush=True,
         )
         exit_code = service.wait()
-        print(f"slo-api exited with code {exit_code}; stopping the control plane", file=sys.stderr)
+        how = f"was killed by signal {-exit_code}" if exit_code < 0 else f"exited with {exit_code}"
+        print(f"slo-api {how}; stopping the control plane", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         print("\nstopping slo-api and the control plane", file=sys.stderr)
