@@ -21,7 +21,7 @@ import httpx
 
 from controlplane.admin import Admin, AdminError, Obj, load_yaml_dir
 from controlplane.cluster import CONFIG, REPO, Cluster
-from controlplane.server import StartError, _die_with_parent
+from controlplane.server import StartError, die_with_parent
 
 SAMPLES = CONFIG / "samples"
 
@@ -86,7 +86,7 @@ def start_service(
         stdout=stdout,
         stderr=subprocess.STDOUT if stdout is not None else None,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
 
 

@@ -21,7 +21,7 @@ from controlplane.pki import Pki, make_pki
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # Runs in the child between fork and exec: if the test run is killed (even with SIGKILL),
     # the kernel sends the control plane SIGTERM, so no orphan etcd or API server survives.
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -53,7 +53,7 @@ class _Process:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     def running(self) -> bool:
