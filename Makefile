@@ -59,3 +59,7 @@ demo: venv controlplane
 
 openapi: venv
 	$(PY) -m slo_api.openapi openapi.yaml
+
+# A longer bounded soak against the real control plane; prints its figures as JSON.
+soak: venv controlplane
+	$(PY) -m tests.soak --duration 300

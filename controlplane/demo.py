@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -63,6 +63,7 @@ def start_service(
     host: str = "127.0.0.1",
     log_format: str = "console",
     stdout: IO[bytes] | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """slo-api as a child process (`python -m slo_api`), in its own session.
 
@@ -78,6 +79,7 @@ def start_service(
         "LOG_FORMAT": log_format,
     }
     env.pop("SLO_API_TOKENS_FILE", None)
+    env.update(extra_env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "slo_api"],
         env=env,

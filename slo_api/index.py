@@ -53,6 +53,10 @@ def slim(obj: Obj) -> Obj:
 class _SortedNames:
     """Sorted, duplicate-free route names: O(log n) lookups, cheap pages at any offset."""
 
+    # Above this many changes in one go, one sort beats inserting each name into the list
+    # (every insert moves the tail: a relist of 50,000 routes would move ~10^9 pointers).
+    BULK = 64
+
     def __init__(self) -> None:
         self.items: list[str] = []
 
@@ -66,6 +70,20 @@ class _SortedNames:
         if at < len(self.items) and self.items[at] == name:
             del self.items[at]
 
+    def update(self, add: list[str], remove: list[str]) -> None:
+        if len(add) + len(remove) <= self.BULK:
+            for name in remove:
+                self.discard(name)
+            for name in add:
+                self.add(name)
+            return
+        names = set(self.items)
+        names.difference_update(remove)
+        names.update(add)
+        # A new list, not an in-place change: a caller that holds the old one keeps a
+        # consistent (if stale) view.
+        self.items = sorted(names)
+
 
 class CRIndex:
     def __init__(self, kinds: Iterable[IndexedKind]) -> None:
@@ -75,6 +93,12 @@ class CRIndex:
         self._members: dict[tuple[str, str], set[Key]] = {}
         self._all = _SortedNames()
         self._by_kind = {k.name: _SortedNames() for k in self.kinds.values()}
+        # Routes whose claims changed since the sorted lists were last brought up to date.
+        self._touched: set[str] = set()
+        # Values derived from a route's CRs (its /config line, say), by view then route, so
+        # reads do not rebuild them per request. A route's entries are dropped whenever a CR
+        # that claims it, or a pool that lists it as a member, is stored or removed.
+        self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
 
     # -- reads -----------------------------------------------------------------------------
@@ -99,6 +123,21 @@ class CRIndex:
     def objects(self, plural: str) -> list[Obj]:
         return list(self._objects[plural].values())
 
+    def rendered(self, view: str, route: str, render: Callable[[str], Any]) -> Any:
+        """`render(route)`, computed once and kept until the route's CRs or pools change.
+
+        `render` must depend only on what the index holds for the route: the CRs claiming it
+        and the pools (same namespace) listing it as a member.
+        """
+        cache = self._rendered.get(view)
+        if cache is None:
+            cache = self._rendered[view] = {}
+        try:
+            return cache[route]
+        except KeyError:
+            value = cache[route] = render(route)
+            return value
+
     def groups_with_member(self, namespace: str, member: str) -> list[tuple[str, Obj]]:
         """Objects (pools) in a namespace that list `member` among their members."""
         return [
@@ -117,6 +156,7 @@ class CRIndex:
             if old_rv is not None and new_rv is not None and new_rv < old_rv:
                 return False
         self._store(plural, name, slim(obj))
+        self._settle()
         return True
 
     def write_through(self, plural: str, obj: Obj) -> bool:
@@ -137,6 +177,7 @@ class CRIndex:
         if old is None or (_uid(obj) is not None and _uid(old) != _uid(obj)):
             return False
         self._unstore(plural, name)
+        self._settle()
         return True
 
     def replace(self, plural: str, objs: Iterable[Obj]) -> None:
@@ -146,6 +187,8 @@ class CRIndex:
             self._unstore(plural, name)
         for name, obj in fresh.items():
             self._store(plural, name, obj)
+        # The sorted route lists once for the whole relist, not once per object.
+        self._settle()
 
     def clear(self, plural: str) -> None:
         self.replace(plural, ())
@@ -168,15 +211,20 @@ class CRIndex:
             self._unlink(self.kinds[plural], (plural, *name), old)
             self.generation += 1
 
+    def _forget(self, route: str) -> None:
+        for cache in self._rendered.values():
+            cache.pop(route, None)
+
     def _link(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
         route = kind.route_of(obj)
         if route:
             self._claims.setdefault(route, set()).add(key)
-            self._all.add(route)
-            self._by_kind[kind.name].add(route)
+            self._touched.add(route)
+            self._forget(route)
         if kind.members_of is not None:
             for member in kind.members_of(obj):
                 self._members.setdefault((key[1], member), set()).add(key)
+                self._forget(member)
 
     def _unlink(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
         route = kind.route_of(obj)
@@ -185,13 +233,37 @@ class CRIndex:
             claims.discard(key)
             if not claims:
                 del self._claims[route]
-                self._all.discard(route)
-            if not any(self.kinds[p].name == kind.name for p, _, _ in claims):
-                self._by_kind[kind.name].discard(route)
+            self._touched.add(route)
+            self._forget(route)
         if kind.members_of is not None:
             for member in kind.members_of(obj):
+                self._forget(member)
                 holders = self._members.get((key[1], member))
                 if holders is not None:
                     holders.discard(key)
                     if not holders:
                         del self._members[(key[1], member)]
+
+    def _settle(self) -> None:
+        """Bring the sorted route lists in line with the claims of every touched route.
+
+        A route is listed while any CR claims it, and under a kind while a CR of that kind
+        claims it.
+        """
+        if not self._touched:
+            return
+        touched, self._touched = self._touched, set()
+        present: list[str] = []
+        gone: list[str] = []
+        per_kind: dict[str, tuple[list[str], list[str]]] = {
+            name: ([], []) for name in self._by_kind
+        }
+        for route in touched:
+            claims = self._claims.get(route)
+            (present if claims else gone).append(route)
+            kinds = {self.kinds[p].name for p, _, _ in claims} if claims else set()
+            for name, (add, remove) in per_kind.items():
+                (add if name in kinds else remove).append(route)
+        self._all.update(present, gone)
+        for name, (add, remove) in per_kind.items():
+            self._by_kind[name].update(add, remove)

@@ -25,26 +25,42 @@ def _constant(name: str) -> Any:
     raise invalid(f"{name} is not a JSON number")
 
 
-def _int(text: str) -> int:
+class _TooLarge:
+    """An integer outside int64, kept as text until its place in the body is known."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _int(text: str) -> int | _TooLarge:
+    # Checked by length first: int() of a text past 4300 digits raises ValueError.
+    if len(text.lstrip("-")) > 19:
+        return _TooLarge(text)
     value = int(text)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise invalid(f"the number {text[:30]} is too large")
-    return value
+    return value if INT64_MIN <= value <= INT64_MAX else _TooLarge(text)
 
 
-def _check_shape(value: Any, depth: int = 0) -> None:
+def _path(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+def _check_shape(value: Any, depth: int = 0, path: str = "") -> None:
+    if isinstance(value, _TooLarge):
+        raise invalid(f"{path}: the number {value.text[:30]} is too large", field=path or None)
     if depth > MAX_DEPTH:
         raise invalid(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        items: list[Any] = list(value.values())
+        items: list[tuple[str | int, Any]] = list(value.items())
     elif isinstance(value, list):
-        items = value
+        items = list(enumerate(value))
     else:
         return
     if len(value) > MAX_ITEMS:
         raise invalid(f"the JSON body has a list or object of more than {MAX_ITEMS} items")
-    for item in items:
-        _check_shape(item, depth + 1)
+    for key, item in items:
+        _check_shape(item, depth + 1, _path(path, key))
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from slo_api.runtime import Runtime
 from slo_api.service import Service
 
 
-def runtime(request: Request) -> Runtime:
+# The dependencies are `async def` although they never await: FastAPI runs a plain `def`
+# dependency in a worker thread, and the hop there and back cost more than the request's work.
+async def runtime(request: Request) -> Runtime:
     value: Runtime = request.app.state.runtime
     return value
 
@@ -32,18 +34,18 @@ def _role(request: Request, tokens: TokenStore) -> Role:
     return role
 
 
-def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
+async def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
     return _role(request, rt.tokens)
 
 
-def write_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
+async def write_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
     role = _role(request, rt.tokens)
     if role != "write":
         raise ApiError(403, "this token may read but not change routes")
     return role
 
 
-def service(rt: Annotated[Runtime, Depends(runtime)]) -> Service:
+async def service(rt: Annotated[Runtime, Depends(runtime)]) -> Service:
     return rt.service
 
 

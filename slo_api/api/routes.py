@@ -199,8 +199,7 @@ async def list_routes(
 ) -> Response:
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
-    total, items = rt.service.page(page, page_size, kind, full=view == "full")
-    body = orjson.dumps({"items": items, "total": total, "page": page, "pageSize": page_size})
+    body = rt.service.page(page, page_size, kind, full=view == "full")
     etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.server import free_port
+from controlplane.demo import ServiceError, stop_service, wait_ready
+from tests.integration.process import spawn
 
 TOKEN = "live-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -38,42 +37,13 @@ class Live:
 @contextlib.contextmanager
 def live_service(kubeconfig: Path, log: Path, **env: str) -> Iterator[Live]:
     """`python -m slo_api` on 127.0.0.1, ready (every kind synced); SIGTERM on exit."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slo_api"],
-            env={
-                **os.environ,
-                "SLO_API_TOKEN": TOKEN,
-                "KUBECONFIG": str(kubeconfig),
-                "PORT": str(port),
-                "HOST": "127.0.0.1",
-                "LOG_FORMAT": "json",
-                "LOG_LEVEL": "warning",
-                "SHUTDOWN_GRACE_SECONDS": "0",
-                **env,
-            },
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = spawn(kubeconfig, log, TOKEN, LOG_LEVEL="warning", SHUTDOWN_GRACE_SECONDS="0", **env)
     try:
-        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
-            deadline = time.monotonic() + 30
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"slo-api exited: {log.read_text()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get("/readyz").status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"slo-api never ready: {log.read_text()}")
-                time.sleep(0.1)
-            yield Live(url, client, proc, log)
-    finally:
-        proc.terminate()
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            wait_ready(process.url, process.proc, 30)
+        except ServiceError as exc:
+            raise AssertionError(f"{exc}: {log.read_text()}") from None
+        with httpx.Client(base_url=process.url, headers=AUTH, timeout=30) as client:
+            yield Live(process.url, client, process.proc, log)
+    finally:
+        stop_service(process.proc, timeout=30)

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
-
+from controlplane.demo import start_service, wait_ready
 from controlplane.server import free_port
 
 TOKEN = "ops-token-do-not-log"
@@ -33,34 +29,20 @@ class Process:
         return out
 
 
-async def start_process(kubeconfig: Path, tmp: Path, **env: str) -> Process:
+def spawn(kubeconfig: Path, log: Path, token: str = TOKEN, **env: str) -> Process:
+    """Start `python -m slo_api` on a free loopback port, logging JSON lines to `log`."""
     port = free_port()
-    log = tmp / "slo-api.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slo_api"],
-        env={
-            **os.environ,
-            "SLO_API_TOKEN": TOKEN,
-            "KUBECONFIG": str(kubeconfig),
-            "PORT": str(port),
-            "HOST": "127.0.0.1",
-            "LOG_FORMAT": "json",
-            **env,
-        },
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    async with httpx.AsyncClient() as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"slo-api exited: {log.read_text()}")
-            try:
-                if (await client.get(f"{url}/readyz")).status_code == 200:
-                    return Process(proc, url, log)
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"slo-api never ready: {log.read_text()}")
+    with log.open("wb") as out:
+        proc = start_service(kubeconfig, port, token, log_format="json", stdout=out, extra_env=env)
+    return Process(proc, f"http://127.0.0.1:{port}", log)
+
+
+async def start_process(kubeconfig: Path, tmp: Path, **env: str) -> Process:
+    """A ready process (every kind synced); the caller stops it."""
+    process = spawn(kubeconfig, tmp / "slo-api.log", **env)
+    try:
+        await asyncio.to_thread(wait_ready, process.url, process.proc, 30)
+    except Exception as exc:
+        process.proc.kill()
+        raise AssertionError(f"{exc}: {process.log.read_text()}") from None
+    return process
