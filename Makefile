@@ -22,7 +22,7 @@ controlplane: venv
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check slo_api controlplane tests
+	$(PY) -m ruff format --check slo_api controlplane tests bench
 	$(PY) -m mypy
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).
@@ -63,3 +63,8 @@ openapi: venv
 # A longer bounded soak against the real control plane; prints its figures as JSON.
 soak: venv controlplane
 	$(PY) -m tests.soak --duration 300
+
+# Benchmarks against side-by-side baselines; not part of `make test`. Writes BENCHMARKS.md and
+# bench/results.json; installs Debian's wrk when missing and run as root. About 11 minutes.
+bench: venv controlplane
+	$(PY) -m bench

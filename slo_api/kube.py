@@ -165,7 +165,9 @@ class Kube:
         started = time.monotonic()
         code = "error"
         try:
-            result = await asyncio.wait_for(coro, self.timeout)
+            # asyncio.timeout, not wait_for: the same TimeoutError, without a task per call.
+            async with asyncio.timeout(self.timeout):
+                result = await coro
             code = "200"
             return result
         except ApiException as exc:

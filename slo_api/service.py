@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from slo_api.kube import Kube, KubeError
 from slo_api.upstream import to_api_error
 
 log = logging.getLogger("slo_api.service")
+PAGE_CACHE_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Service:
         self.kinds = {k.resource.plural: k for k in kinds}
         self.by_name = {k.name: k for k in kinds}
         self.index = index
+        self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
+        self._pages_generation = -1
 
     @staticmethod
     def index_for(kinds: list[Kind]) -> CRIndex:
@@ -182,8 +186,29 @@ class Service:
             return self.project(self.kinds[plural], obj)
         return self.summary(route)
 
-    def page(self, page: int, page_size: int, kind: str | None, full: bool = False) -> bytes:
-        """The `GET /config` body: byte for byte what orjson makes of
+    def page(
+        self, page: int, page_size: int, kind: str | None, full: bool = False
+    ) -> tuple[bytes, str]:
+        """The `GET /config` body and its weak ETag (a hash of the body).
+
+        Pages already built are kept until the index next changes: pollers asking for the
+        same pages again get them for a dictionary look-up.
+        """
+        if self._pages_generation != self.index.generation:
+            self._pages.clear()
+            self._pages_generation = self.index.generation
+        key = (page, page_size, kind, full)
+        cached = self._pages.get(key)
+        if cached is None:
+            body = self._page_body(page, page_size, kind, full)
+            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+            if len(self._pages) >= PAGE_CACHE_SIZE:
+                del self._pages[next(iter(self._pages))]  # the oldest
+            cached = self._pages[key] = (body, etag)
+        return cached
+
+    def _page_body(self, page: int, page_size: int, kind: str | None, full: bool) -> bytes:
+        """Byte for byte what orjson makes of
         `{"items": [...], "total": n, "page": page, "pageSize": page_size}`.
 
         Each item is encoded once and kept by the index until its CRs change, so a page costs

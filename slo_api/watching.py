@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from slo_api.index import CRIndex
+from slo_api.index import CRIndex, slim
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable
 from slo_api.metrics import Metrics
@@ -145,7 +145,10 @@ class Informer:
                     items, continue_ = [], None  # the continue token expired: start over
                     continue
                 raise
-            items.extend(page.get("items") or [])
+            # managedFields are dropped page by page, not after the last page: they are often
+            # larger than the rest of the object, and holding them for every CR of a long list
+            # at once set the process's resident size long after they were freed.
+            items.extend(slim(obj) for obj in page.get("items") or [])
             meta = page.get("metadata") or {}
             continue_ = meta.get("continue") or None
             if not continue_:

@@ -444,8 +444,8 @@ async def test_unknown_route_is_404_and_empty_service_id_is_not_listed(
 async def test_a_cr_deleted_behind_the_index_answers_404(
     admin: Admin, namespace: str, service: RunningService
 ) -> None:
-    route = await _llm(admin, service, namespace, name="gone")
-    admin.delete(crs.SLO, "LLMSLORequirement", namespace, "gone")
+    route = await _llm(admin, service, namespace, name="vanished")
+    admin.delete(crs.SLO, "LLMSLORequirement", namespace, "vanished")
     response = await service.put(f"/routes/{route}", {"priority": 2})
     assert response.status_code == 404
-    assert "gone" not in response.json()["error"]["message"].replace(route, "")
+    assert "vanished" not in response.json()["error"]["message"].replace(route, "")

@@ -1,0 +1,1 @@
+"""`python -m bench`: slo-api's benchmarks against side-by-side baselines (not shipped)."""

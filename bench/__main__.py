@@ -1,0 +1,170 @@
+"""`python -m bench` (`make bench`): start a control plane, fill it, measure slo-api, report.
+
+Writes BENCHMARKS.md and bench/results.json. Not part of `make test`: nothing here asserts a
+time; the goals are reported as met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import load, populate, scenarios
+from bench.report import render
+from controlplane.cluster import Cluster
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "uvloop",
+    "httptools",
+    "orjson",
+    "pydantic",
+    "kubernetes_asyncio",
+    "aiohttp",
+    "httpx",
+)
+
+
+def machine() -> dict[str, Any]:
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?")
+    mem_kib = next(
+        int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in x
+    )
+    wrk = shutil.which("wrk")
+    wrk_version = ""
+    if wrk:
+        probe = subprocess.run([wrk, "-v"], capture_output=True, text=True, check=False)
+        text = probe.stdout or probe.stderr
+        wrk_version = text.splitlines()[0] if text else ""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "packages": versions,
+        "load_generator": wrk_version or "httpx (in-process fallback)",
+        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+async def _create(cluster: Cluster, start: int, stop: int, concurrency: int) -> populate.Created:
+    pki = cluster.plane.pki
+    async with populate.admin_client(
+        cluster.plane.url, pki.ca_cert, pki.admin_cert, pki.admin_key, concurrency
+    ) as client:
+        return await populate.create_llms(client, start, stop, concurrency)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--routes", default="10000,50000", help="index sizes, comma-separated")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of one timed run")
+    parser.add_argument("--sync-reps", type=int, default=3)
+    parser.add_argument("--create-concurrency", type=int, default=16)
+    parser.add_argument("--report", type=Path, default=REPO / "BENCHMARKS.md")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json")
+    args = parser.parse_args()
+    sizes = sorted(int(x) for x in args.routes.split(","))
+    settings = scenarios.Settings(reps=args.reps, seconds=args.seconds)
+
+    began = time.perf_counter()
+    if not load.ensure_wrk():
+        log("wrk not available: using the in-process httpx generator (its CPU is reported)")
+    results: dict[str, Any] = {"machine": machine(), "settings": vars(args) | {"sizes": sizes}}
+    results["settings"]["report"] = str(args.report.name)
+    results["settings"]["json"] = str(args.json.name)
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    log("starting the control plane")
+    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+    try:
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        kubeconfig = cluster.credentials.slo_api_kubeconfig
+        sa_token = cluster.credentials.slo_api_token
+        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        context = ssl.create_default_context(cafile=str(cluster.plane.pki.ca_cert))
+        api = httpx.Client(
+            base_url=cluster.plane.url,
+            verify=context,
+            headers={"Authorization": f"Bearer {sa_token}"},
+            timeout=120,
+        )
+        log("empty index: process start and memory")
+        results["empty"] = scenarios.initial_sync(kubeconfig, workdir, api, 0, args.sync_reps)
+        results["sizes"] = {}
+        created = 0
+        for size in sizes:
+            log(f"creating LLM CRs {created}..{size - 1}")
+            made = asyncio.run(_create(cluster, created, size, args.create_concurrency))
+            created = size
+            log(f"created {made.count} in {made.seconds:.1f}s ({made.per_second:.0f}/s)")
+            entry: dict[str, Any] = {"created": vars(made) | {"per_s": made.per_second}}
+            log(f"{size} routes: initial sync against a plain list")
+            entry["sync"] = scenarios.initial_sync(kubeconfig, workdir, api, size, args.sync_reps)
+            svc = scenarios.ServiceProcess(kubeconfig, workdir).start()
+            try:
+                entry["info"] = svc.info()
+                log(f"{size} routes: GET /config against the baseline ({entry['info']})")
+                entry["config"] = scenarios.config_pages(svc, size, settings)
+                if size == sizes[-1]:
+                    log(f"{size} routes: GET /routes/{{route}} against a direct GET")
+                    entry["get_route"] = scenarios.get_route(
+                        svc, cluster.plane.url, sa_token, size, settings
+                    )
+                    entry["get_route_aiohttp"] = scenarios.aiohttp_direct(
+                        cluster.plane.url, sa_token, cluster.plane.pki.ca_cert, size, settings
+                    )
+                    log(f"{size} routes: PUT /routes/{{route}} against direct merge patches")
+                    entry["put_route"] = scenarios.put_route(
+                        svc, cluster.plane.url, sa_token, size, settings
+                    )
+                entry["rss_after_load_kib"] = svc.rss_kib()
+            finally:
+                svc.stop()
+            results["sizes"][str(size)] = entry
+        api.close()
+        log("watch events applied per second (no network)")
+        results["watch_apply"] = scenarios.watch_apply(population=sizes[-1])
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["total_seconds"] = time.perf_counter() - began
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"done in {results['total_seconds'] / 60:.1f} min: {args.report} and {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""BENCHMARKS.md from results.json: one table with every figure, its baseline and goal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONFIG_GOAL = 0.6  # slo-api /config req/s over the precomputed baseline's
+FLAT_GOAL = 0.9  # req/s at the largest index over req/s at the smallest
+GET_GOAL = 1.5  # slo-api GET latency over a direct GET's (p50)
+PUT_GOAL = 0.7  # slo-api PUT req/s over direct merge patches'
+
+
+def _n(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _rps(s: dict[str, Any]) -> str:
+    r = s["rps"]
+    return f"{_n(r['median'])} ({_n(r['min'])}-{_n(r['max'])})"
+
+
+def _lat(s: dict[str, Any]) -> str:
+    return f"{s['p50_ms']['median']:.2f} / {s['p99_ms']['median']:.2f}"
+
+
+def _cpu(s: dict[str, Any]) -> str:
+    return f"{s['generator_cpu']['median']:.2f}"
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    sizes = sorted(results["sizes"], key=int)
+    rows: list[str] = []
+
+    def row(*cells: str) -> None:
+        rows.append("| " + " | ".join(cells) + " |")
+
+    row(
+        "measurement",
+        "slo-api: req/s median (min-max)",
+        "slo-api p50 / p99 ms",
+        "baseline: req/s median (min-max)",
+        "baseline p50 / p99 ms",
+        "ratio",
+        "goal",
+        "met",
+        "generator CPU (cores)",
+    )
+    row(*["---"] * 9)
+    rps_by_page: dict[str, dict[str, float]] = {}
+    for size in sizes:
+        for label, c in results["sizes"][size]["config"].items():
+            subject, base = c["subject"], c["baseline"]
+            ratio = subject["rps"]["median"] / base["rps"]["median"]
+            rps_by_page.setdefault(label, {})[size] = subject["rps"]["median"]
+            row(
+                f"GET /config pageSize=200, {label} page ({c['page']}), "
+                f"{int(size):,} routes, {c['bytes']:,} B",
+                _rps(subject),
+                _lat(subject),
+                _rps(base) + " precomputed bytes",
+                _lat(base),
+                f"{ratio:.2f}",
+                f">= {CONFIG_GOAL}",
+                _met(ratio >= CONFIG_GOAL),
+                f"{_cpu(subject)} / {_cpu(base)}",
+            )
+    if len(sizes) > 1:
+        small, large = sizes[0], sizes[-1]
+        for label, by_size in rps_by_page.items():
+            ratio = by_size[large] / by_size[small]
+            row(
+                f"GET /config {label} page: flat in routes ({int(large):,} vs {int(small):,})",
+                _n(by_size[large]),
+                "",
+                _n(by_size[small]) + f" at {int(small):,}",
+                "",
+                f"{ratio:.2f}",
+                f">= {FLAT_GOAL}",
+                _met(ratio >= FLAT_GOAL),
+                "",
+            )
+    largest = results["sizes"][sizes[-1]]
+    if "get_route" in largest:
+        g = largest["get_route"]
+        subject, base = g["subject"], g["baseline"]
+        ratio = subject["p50_ms"]["median"] / base["p50_ms"]["median"]
+        ratio99 = subject["p99_ms"]["median"] / base["p99_ms"]["median"]
+        row(
+            f"GET /routes/{{route}}, 1 client, {int(sizes[-1]):,} routes",
+            _rps(subject),
+            _lat(subject),
+            _rps(base) + " direct GET (TLS, keep-alive)",
+            _lat(base),
+            f"{ratio:.2f} (p99 {ratio99:.2f})",
+            f"p50 <= {GET_GOAL}x",
+            _met(ratio <= GET_GOAL),
+            f"{_cpu(subject)} / {_cpu(base)}",
+        )
+    if "get_route" in largest and "get_route_aiohttp" in largest:
+        a = largest["get_route_aiohttp"]
+        subject = largest["get_route"]["subject"]
+        ratio = subject["p50_ms"]["median"] / a["p50_ms"]["median"]
+        row(
+            "GET /routes/{route} against a direct GET from Python (aiohttp on uvloop, "
+            "slo-api's own client stack), 1 client",
+            "",
+            _lat(subject),
+            "direct GET, aiohttp",
+            f"{a['p50_ms']['median']:.2f} / {a['p99_ms']['median']:.2f}",
+            f"{ratio:.2f}",
+            "context",
+            "",
+            "",
+        )
+    if "put_route" in largest:
+        p = largest["put_route"]
+        subject, base = p["subject"], p["baseline"]
+        ratio = subject["rps"]["median"] / base["rps"]["median"]
+        row(
+            f"PUT /routes/{{route}}, 16 clients, {int(sizes[-1]):,} routes",
+            _rps(subject),
+            _lat(subject),
+            _rps(base) + " direct merge patch",
+            _lat(base),
+            f"{ratio:.2f}",
+            f">= {PUT_GOAL}",
+            _met(ratio >= PUT_GOAL),
+            f"{_cpu(subject)} / {_cpu(base)}",
+        )
+    empty_rss = results["empty"]["rss_median_kib"]
+    for size in sizes:
+        sync = results["sizes"][size]["sync"]
+        ratio = sync["sync_median_s"] / sync["plain_list_median_s"]
+        syncs = sync["sync_s"]
+        lists = sync["plain_list_s"]
+        row(
+            f"initial sync, {int(size):,} LLM CRs (start to /readyz 200 less process start)",
+            f"{sync['sync_median_s']:.2f} s ({min(syncs):.2f}-{max(syncs):.2f})",
+            "",
+            f"{sync['plain_list_median_s']:.2f} s ({min(lists):.2f}-{max(lists):.2f}) "
+            "plain paged list (limit 500, orjson)",
+            "",
+            f"{ratio:.2f}",
+            "report",
+            "",
+            "",
+        )
+    for size in sizes:
+        sync = results["sizes"][size]["sync"]
+        per_10k = (sync["rss_median_kib"] - empty_rss) / (int(size) / 10_000) / 1024
+        row(
+            f"resident memory, {int(size):,} CRs indexed (VmRSS after sync)",
+            f"{sync['rss_median_kib'] / 1024:.0f} MiB",
+            "",
+            f"{empty_rss / 1024:.0f} MiB with an empty index",
+            "",
+            f"{per_10k:.1f} MiB per 10,000 CRs",
+            "report",
+            "",
+            "",
+        )
+    w = results["watch_apply"]
+    row(
+        f"watch events applied (Informer._apply, {w['population']:,} CRs indexed, no network)",
+        f"{_n(w['events_per_s'])} events/s",
+        "",
+        "",
+        "",
+        "",
+        "report",
+        "",
+        "",
+    )
+    for size in sizes:
+        c = results["sizes"][size]["created"]
+        row(
+            f"creating LLM CRs up to {int(size):,} (bench set-up, admin POSTs, 16 in flight)",
+            f"{_n(c['per_s'])} CRs/s",
+            "",
+            "",
+            "",
+            f"{c['count']:,} in {c['seconds']:.0f} s",
+            "",
+            "",
+            "",
+        )
+
+    info = largest.get("info", {})
+    picked = (
+        f"loop `{info.get('loop', '?')}`, HTTP `{info.get('http', '?')}` (uvloop loaded: "
+        f"{info.get('uvloop_loaded')}, httptools loaded: {info.get('httptools_loaded')})"
+    )
+    packages = ", ".join(f"{k} {v}" for k, v in m["packages"].items())
+    s = results["settings"]
+    return f"""# Benchmarks
+
+Produced by `make bench` (`python -m bench`): a real kube-apiserver and etcd, slo-api as a real
+process (uvicorn, `LOG_LEVEL=warning`), load from {m["load_generator"]} (one thread). Every
+figure is the median of {s["reps"]} runs of {s["seconds"]:g} s after a warm-up, with min-max;
+slo-api and its baseline alternate run by run so drift on the machine hits both. Latencies
+are wrk's (p50 / p99, milliseconds). "generator CPU" is the load generator's own CPU over the
+run (slo-api row / baseline row), to show it was not the bottleneck.
+
+- **GET /config** is compared with `/bench/baseline/...`, a route added only in the bench's
+  launcher (`bench/launcher.py`) that returns the bytes and ETag of a real `/config` answer
+  precomputed, through the same middleware, in the same process: the framework's ceiling.
+  8 connections.
+- **GET /routes/{{route}}** is compared with a GET of the same CR from the API server with the
+  same client (wrk), keep-alive, TLS, slo-api's ServiceAccount token; one connection, so the
+  figures are latencies. 64 routes spread over the index, round robin.
+- **PUT /routes/{{route}}** (`{{"priority": n}}`, n changing every request so every write is
+  real) is compared with merge patches `{{"spec": {{"priority": n}}}}` of the same 64 CRs sent
+  straight to the API server with the same token; 16 connections. slo-api keeps watching
+  during both, as it would in production.
+- **Initial sync**: fresh slo-api processes, time from the first `/healthz` 200 to the first
+  `/readyz` 200 (every kind listed and indexed), against a plain paged list of the same CRs
+  (limit 500, as the informer pages, parsed with orjson) from the bench process.
+
+| | |
+|---|---|
+| machine | {m["nproc"]} CPUs, {m["cpu_model"]}, {m["memory_gib"]} GiB |
+| Python | {m["python"]} (kernel {m["kernel"]}) |
+| packages | {packages} |
+| load average at start | {" ".join(m["loadavg_at_start"])} |
+| uvicorn picked | {picked} |
+| whole run | {results["total_seconds"] / 60:.1f} min |
+
+{chr(10).join(rows)}
+
+The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so
+absolute figures are low and noisy; the ratios against the side-by-side baselines are what
+the goals are about. Raw numbers: `bench/results.json`.
+"""

@@ -1,0 +1,334 @@
+"""The measurements: each returns plain dicts for results.json; the report is built from them."""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import load, populate
+from bench.load import Series, Target
+from controlplane.server import free_port
+
+TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a loopback process
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Settings:
+    reps: int = 5
+    seconds: float = 3.0
+    warmup: float = 1.0
+    config_connections: int = 8
+    write_connections: int = 16
+
+
+# -- the service process -------------------------------------------------------------------
+
+
+class ServiceProcess:
+    """`python -m bench.launcher` (slo-api plus the baseline route) on a loopback port."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_s = 0.0  # spawn -> first /healthz 200 (imports, app, uvicorn up)
+        self.ready_s = 0.0  # spawn -> first /readyz 200 (every kind listed and indexed)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 600) -> ServiceProcess:
+        log = (self.workdir / "slo-api.log").open("ab")
+        env = {
+            **os.environ,
+            "SLO_API_TOKEN": TOKEN,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PORT": str(self.port),
+            "HOST": "127.0.0.1",
+            "LOG_LEVEL": "warning",
+            "LOG_FORMAT": "json",
+            "SHUTDOWN_GRACE_SECONDS": "0",
+            # A long list of 50,000 CRs pages through the API server: give each call room.
+            "UPSTREAM_TIMEOUT_SECONDS": "30",
+        }
+        spawned = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.launcher"],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = spawned + timeout
+        with httpx.Client(base_url=self.url, timeout=5) as client:
+            while not self.ready_s:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("slo-api exited; see slo-api.log in the work directory")
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("slo-api not ready in time")
+                try:
+                    if not self.started_s and client.get("/healthz").status_code == 200:
+                        self.started_s = time.perf_counter() - spawned
+                    if self.started_s and client.get("/readyz").status_code == 200:
+                        self.ready_s = time.perf_counter() - spawned
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.01)
+        return self
+
+    def info(self) -> dict[str, Any]:
+        info: dict[str, Any] = httpx.get(f"{self.url}/bench/info").json()
+        maps = Path(f"/proc/{self.pid}/maps").read_text()
+        info["uvloop_loaded"] = "uvloop" in maps
+        info["httptools_loaded"] = "httptools" in maps
+        return info
+
+    def rss_kib(self) -> int:
+        return load.rss_kib(self.pid)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+# -- 1. GET /config against the precomputed baseline ---------------------------------------
+
+
+def pages_for(routes: int, page_size: int = 200) -> dict[str, int]:
+    last = max(1, -(-routes // page_size))
+    return {"first": 1, "middle": max(1, last // 2), "last": last}
+
+
+def config_pages(svc: ServiceProcess, routes: int, s: Settings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, page in pages_for(routes).items():
+        path = f"/config?page={page}&pageSize=200"
+        real = httpx.get(f"{svc.url}{path}", headers=AUTH)
+        real.raise_for_status()
+        assert len(real.json()["items"]) > 0
+        key = f"{routes}-{label}"
+        httpx.put(f"{svc.url}/bench/baseline/{key}", content=real.content).raise_for_status()
+        copy = httpx.get(f"{svc.url}/bench/baseline/{key}")
+        assert copy.content == real.content
+        assert copy.headers["etag"] == real.headers["etag"]
+        service = Target(svc.url, [path], headers=AUTH)
+        baseline = Target(svc.url, [f"/bench/baseline/{key}"], headers=AUTH)
+        out[label] = {
+            "page": page,
+            "bytes": len(real.content),
+            **side_by_side(service, baseline, s, s.config_connections, svc.pid),
+        }
+    return out
+
+
+def side_by_side(
+    subject: Target, baseline: Target, s: Settings, connections: int, pid: int | None
+) -> dict[str, Any]:
+    """Warm both up, then alternate them rep by rep so drift on a noisy machine hits both."""
+    load.run(subject, s.warmup, connections, pid)
+    load.run(baseline, s.warmup, connections, pid)
+    a, b = Series(), Series()
+    for _ in range(s.reps):
+        a.runs.append(load.run(subject, s.seconds, connections, pid))
+        b.runs.append(load.run(baseline, s.seconds, connections, pid))
+    return {"subject": a.summary(), "baseline": b.summary()}
+
+
+# -- 2 and 3. GET and PUT one route against the API server directly --------------------------
+
+
+def direct_headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def get_route(
+    svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """One client, one request at a time: latency. Both through wrk, keep-alive; TLS direct."""
+    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
+    direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
+    return side_by_side(service, direct, s, 1, svc.pid)
+
+
+def aiohttp_direct(
+    api_url: str, sa_token: str, ca_cert: Path, routes: int, s: Settings, requests: int = 500
+) -> dict[str, Any]:
+    """A direct GET, one at a time, with aiohttp on uvloop: the client library and loop that
+    slo-api itself uses to reach the API server. What a Python caller pays without slo-api."""
+    import ssl
+
+    import aiohttp
+    import uvloop
+
+    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    urls = [f"{api_url}{LLM_PATH}/{n}" for n in names]
+
+    async def one_run() -> list[float]:
+        context = ssl.create_default_context(cafile=str(ca_cert))
+        headers = direct_headers(sa_token)
+        latencies: list[float] = []
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            for n in range(requests + 50):
+                sent = time.perf_counter()
+                async with session.get(urls[n % len(urls)], headers=headers) as response:
+                    await response.read()
+                if n >= 50:  # the first 50 warm the connection up
+                    latencies.append((time.perf_counter() - sent) * 1000)
+        return sorted(latencies)
+
+    p50s, p99s = [], []
+    for _ in range(s.reps):
+        latencies = uvloop.run(one_run())
+        p50s.append(latencies[len(latencies) // 2])
+        p99s.append(latencies[int(len(latencies) * 0.99)])
+    return {
+        "p50_ms": {"median": statistics.median(p50s), "min": min(p50s), "max": max(p50s)},
+        "p99_ms": {"median": statistics.median(p99s), "min": min(p99s), "max": max(p99s)},
+        "requests": requests,
+    }
+
+
+def put_route(
+    svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """16 clients writing priority (a new value each time) to 64 routes, both ways."""
+    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+    service = Target(
+        svc.url,
+        [f"/routes/{n}" for n in names],
+        method="PUT",
+        headers={**AUTH, "Content-Type": "application/json"},
+        body='{"priority": {n}}',
+    )
+    direct = Target(
+        api_url,
+        [f"{LLM_PATH}/{n}" for n in names],
+        method="PATCH",
+        headers={**direct_headers(sa_token), "Content-Type": "application/merge-patch+json"},
+        body='{"spec": {"priority": {n}}}',
+    )
+    return side_by_side(service, direct, s, s.write_connections, svc.pid)
+
+
+# -- 4. The index: initial sync, watch events, memory ------------------------------------
+
+
+def _plain_list_seconds(client: httpx.Client) -> tuple[float, int]:
+    started = time.perf_counter()
+    count = populate.plain_list(client, f"{populate.SLO_PATH}/llmslorequirements")
+    return time.perf_counter() - started, count
+
+
+def initial_sync(
+    kubeconfig: Path, workdir: Path, api: httpx.Client, routes: int, reps: int
+) -> dict[str, Any]:
+    """Fresh processes to /readyz 200 against a plain paged list of the same CRs."""
+    lists: list[float] = []
+    for _ in range(reps):
+        seconds, count = _plain_list_seconds(api)
+        assert count == routes, (count, routes)
+        lists.append(seconds)
+    syncs: list[float] = []
+    startups: list[float] = []
+    rss: list[int] = []
+    for _ in range(reps):
+        svc = ServiceProcess(kubeconfig, workdir).start()
+        try:
+            syncs.append(svc.ready_s - svc.started_s)
+            startups.append(svc.started_s)
+            time.sleep(0.5)
+            rss.append(svc.rss_kib())
+        finally:
+            svc.stop()
+    return {
+        "routes": routes,
+        "plain_list_s": lists,
+        "sync_s": syncs,
+        "process_start_s": startups,
+        "rss_kib": rss,
+        "plain_list_median_s": statistics.median(lists),
+        "sync_median_s": statistics.median(syncs),
+        "rss_median_kib": statistics.median(rss),
+    }
+
+
+def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, Any]:
+    """Watch events applied per second through `Informer._apply`, no network.
+
+    The index first holds `population` CRs; the stream then modifies random ones (new
+    resourceVersions), with a few deletes and re-adds, as a busy cluster's watch would.
+    """
+    from slo_api.kinds import build_kinds
+    from slo_api.metrics import Metrics
+    from slo_api.service import Service
+    from slo_api.settings import Settings as AppSettings
+    from slo_api.watching import Informer
+
+    kinds = build_kinds(AppSettings(slo_api_token="unused"))  # noqa: S106
+    index = Service.index_for(kinds)
+    informer = Informer(
+        None,  # type: ignore[arg-type]  # never used: no list, no watch
+        kinds[0],
+        index,
+        Metrics(),
+        crd_recheck_seconds=60,
+        watch_timeout_seconds=300,
+        inactivity_seconds=90,
+    )
+
+    def obj(i: int, rv: int) -> dict[str, Any]:
+        o = populate.llm(i)
+        o["metadata"] |= {"uid": f"uid-{i}", "resourceVersion": str(rv)}
+        o["metadata"]["managedFields"] = [{"manager": "deployer", "operation": "Update"}]
+        return o
+
+    rng = random.Random(7)
+    rv = 1
+    for i in range(population):
+        rv += 1
+        informer._apply({"type": "ADDED", "object": obj(i, rv)})
+    stream = []
+    for n in range(events):
+        rv += 1
+        i = rng.randrange(population)
+        kind = "DELETED" if n % 100 == 99 else ("ADDED" if n % 100 == 0 else "MODIFIED")
+        o = obj(i, rv)
+        o["spec"]["priority"] = n % 11
+        stream.append({"type": kind, "object": o})
+    gc.collect()
+    started = time.perf_counter()
+    for event in stream:
+        informer._apply(event)
+    seconds = time.perf_counter() - started
+    return {
+        "events": events,
+        "population": population,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+    }
