@@ -287,7 +287,9 @@ class Kube:
                     raise KubeError.from_status(event.get("object") or {})
                 yield event
         except TimeoutError:
-            raise KubeTimeout(0, "Timeout", "the watch went silent") from None
+            raise KubeTimeout(
+                0, "Timeout", f"no watch event or bookmark for {read_timeout:g}s"
+            ) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise KubeUnavailable(0, "Unavailable", f"the watch broke: {exc}") from None
         finally:

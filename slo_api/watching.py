@@ -176,12 +176,10 @@ class Informer:
                 ):
                     events += 1
                     resource_version = self._apply(event) or resource_version
-            except KubeTimeout:
-                log.warning(
-                    "%s: no watch event for %gs; reconnecting",
-                    self._plural,
-                    self.inactivity_seconds,
-                )
+            except KubeTimeout as exc:
+                # Either the watch went silent (a dead connection) or it was not accepted in
+                # time; the message says which.
+                log.warning("%s: %s; reconnecting", self._plural, exc.message)
                 self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
                 continue
             except KubeUnavailable as exc:
@@ -204,6 +202,13 @@ class Informer:
                     self.metrics.watch_restarts.labels(self.kind.name, "throttled").inc()
                     await asyncio.sleep(delay)
                     continue
+                if exc.status in (401, 403):
+                    log.error(
+                        "RBAC: the API server refused slo-api's watch of %s (%s); check its "
+                        "ClusterRole grants get, list, watch and patch",
+                        self._plural,
+                        exc,
+                    )
                 raise _Relist("relist", str(exc)) from None
             else:
                 ended = "closed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -378,6 +379,21 @@ async def test_an_unknown_watch_error_relists(clock: Clock, kube: FakeKube) -> N
     assert loop.names() == []
     assert loop.restarts("relist") == 1
     assert loop.informer.synced  # once synced, always synced
+
+
+async def test_a_forbidden_watch_is_logged_loudly_and_relists(
+    clock: Clock, kube: FakeKube, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.pages = [page([cr("a", 3)], "10"), page([cr("a", 3)], "30")]
+    kube.watches = [[status(403, "Forbidden")]]
+    loop = make_loop(kube)
+    with caplog.at_level(logging.ERROR, logger="slo_api.watch"):
+        await run_until_idle(loop, kube)
+
+    assert loop.restarts("relist") == 1
+    assert any(
+        r.levelno == logging.ERROR and r.getMessage().startswith("RBAC:") for r in caplog.records
+    )
 
 
 async def test_a_lost_connection_resumes_from_the_last_resource_version(
