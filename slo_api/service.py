@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,6 @@ from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError
 from slo_api.upstream import to_api_error
 
-log = logging.getLogger("slo_api.service")
 PAGE_CACHE_SIZE = 32
 
 
@@ -65,7 +63,6 @@ class Service:
     def __init__(self, kube: Kube, kinds: list[Kind], index: CRIndex) -> None:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
-        self.by_name = {k.name: k for k in kinds}
         self.index = index
         self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
         self._pages_generation = -1
@@ -74,7 +71,7 @@ class Service:
     def index_for(kinds: list[Kind]) -> CRIndex:
         return CRIndex(
             IndexedKind(
-                k.name, k.resource.plural, k.route_of, k.members_of if k.name == "pool" else None
+                k.name, k.resource.plural, k.route_of, k.members_of if k.groups_routes else None
             )
             for k in kinds
         )

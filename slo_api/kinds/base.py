@@ -93,6 +93,8 @@ class Kind(ABC):
     body_model: ClassVar[type[Body]]
     # True when a write must see the CR as the API server has it now (pools check members).
     reads_before_write: ClassVar[bool] = False
+    # True when the kind's CRs list other routes as members (pools), which the index tracks.
+    groups_routes: ClassVar[bool] = False
 
     def __init__(self, resource: Resource) -> None:
         self.resource = resource

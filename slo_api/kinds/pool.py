@@ -95,6 +95,7 @@ class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
     reads_before_write = True
+    groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
         return str(obj.get("metadata", {}).get("name", ""))
