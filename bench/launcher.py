@@ -20,7 +20,7 @@ import sys
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
-from slo_api.__main__ import Server
+from slo_api.__main__ import make_server
 from slo_api.app import create_app
 from slo_api.logs import setup_logging
 from slo_api.settings import Settings
@@ -60,20 +60,8 @@ def main() -> int:
     setup_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     add_bench_routes(app)
-    # The same configuration as slo_api.__main__.main: loop and http left at "auto", so
-    # uvicorn picks uvloop and httptools when they are installed.
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
-        lifespan="on",
-        timeout_graceful_shutdown=30,
-    )
-    server = Server(config, app, settings.shutdown_grace_seconds)
+    # Served exactly as `python -m slo_api` serves the app.
+    server = make_server(app, settings)
     _server.append(server)
     server.run()
     return 0 if server.started else 1

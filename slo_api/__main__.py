@@ -67,6 +67,13 @@ def main() -> int:
     except TokenFileError as exc:
         print(f"slo-api: {exc}", file=sys.stderr)
         return 2
+    server = make_server(app, settings)
+    server.run()
+    return 0 if server.started else 1
+
+
+def make_server(app: FastAPI, settings: Settings) -> Server:
+    # loop and http stay "auto": uvicorn picks uvloop and httptools when they are installed.
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -78,9 +85,7 @@ def main() -> int:
         lifespan="on",
         timeout_graceful_shutdown=30,
     )
-    server = Server(config, app, settings.shutdown_grace_seconds)
-    server.run()
-    return 0 if server.started else 1
+    return Server(config, app, settings.shutdown_grace_seconds)
 
 
 if __name__ == "__main__":
