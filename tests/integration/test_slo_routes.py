@@ -47,6 +47,24 @@ def _spec(admin: Admin, kind: str, namespace: str, name: str) -> dict[str, Any]:
     return spec
 
 
+async def _assert_refused(
+    admin: Admin,
+    service: RunningService,
+    kind: str,
+    namespace: str,
+    name: str,
+    route: str,
+    body: dict[str, Any],
+    field: str,
+) -> None:
+    """A PUT of `body` is 400 naming `field`, and the CR's spec is left as it was."""
+    before = _spec(admin, kind, namespace, name)
+    response = await service.put(f"/routes/{route}", body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
+    assert _spec(admin, kind, namespace, name) == before
+
+
 async def test_llm_get_shows_the_body_and_an_etag(
     admin: Admin, namespace: str, service: RunningService
 ) -> None:
@@ -251,11 +269,7 @@ async def test_llm_field_errors_are_400_with_the_field_and_change_nothing(
     admin: Admin, namespace: str, service: RunningService, body: dict[str, Any], field: str
 ) -> None:
     route = await _llm(admin, service, namespace, name="bad", ttft=TTFT)
-    before = _spec(admin, "LLMSLORequirement", namespace, "bad")
-    response = await service.put(f"/routes/{route}", body)
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["field"] == field
-    assert _spec(admin, "LLMSLORequirement", namespace, "bad") == before
+    await _assert_refused(admin, service, "LLMSLORequirement", namespace, "bad", route, body, field)
 
 
 async def test_llm_delete_resets_to_defaults_and_keeps_other_fields(
@@ -343,11 +357,9 @@ async def test_job_field_errors(
     admin: Admin, namespace: str, service: RunningService, body: dict[str, Any], field: str
 ) -> None:
     route = await _job(admin, service, namespace, name="jobbad")
-    before = _spec(admin, "JobSLORequirement", namespace, "jobbad")
-    response = await service.put(f"/routes/{route}", body)
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["field"] == field
-    assert _spec(admin, "JobSLORequirement", namespace, "jobbad") == before
+    await _assert_refused(
+        admin, service, "JobSLORequirement", namespace, "jobbad", route, body, field
+    )
 
 
 async def test_config_lists_both_kinds_and_an_ambiguous_route(
