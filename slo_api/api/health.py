@@ -67,6 +67,13 @@ async def demo_page() -> Response:
     return _static("index.html", "text/html; charset=utf-8")
 
 
+@router.get("/demo-webui/", include_in_schema=False)
+async def demo_page_slash() -> Response:
+    # A relative redirect: the page's relative links only work without the slash, and an
+    # absolute one would drop a gateway's path prefix.
+    return Response(status_code=307, headers={"Location": "../demo-webui"})
+
+
 @router.get(
     "/demo-webui/{asset}", tags=["operations"], operation_id="demoAsset", include_in_schema=False
 )

@@ -263,3 +263,15 @@ async def test_a_read_token_reads_but_gets_403_on_writes(start: Started, tmp_pat
         assert (
             await client.put("/routes/a", json={"priority": 1}, headers=write)
         ).status_code == 200
+
+
+async def test_the_demo_page_and_its_assets_are_served_without_a_token(start: Started) -> None:
+    async with start() as (client, _app):
+        page = await client.get("/demo-webui")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert (await client.get("/demo-webui/app.js")).status_code == 200
+        assert (await client.get("/demo-webui/secrets.txt")).status_code == 404
+        slash = await client.get("/demo-webui/")
+        assert slash.status_code == 307
+        assert slash.headers["location"] == "../demo-webui"
