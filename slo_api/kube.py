@@ -256,8 +256,10 @@ class Kube:
         """
         started = time.monotonic()
         try:
-            response = await asyncio.wait_for(
-                self._api.list_cluster_custom_object(
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
+            # that races with the response, and the watch loop then outlives its shutdown.
+            async with asyncio.timeout(self.timeout):
+                response = await self._api.list_cluster_custom_object(
                     res.group,
                     res.version,
                     res.plural,
@@ -269,9 +271,7 @@ class Kube:
                     _request_timeout=aiohttp.ClientTimeout(
                         sock_connect=self.timeout, sock_read=read_timeout
                     ),
-                ),
-                self.timeout,
-            )
+                )
         except TimeoutError:
             self._observe("watch", "timeout", time.monotonic() - started)
             raise KubeTimeout(0, "Timeout", "the watch was not accepted in time") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -18,6 +17,7 @@ from slo_api.watching import Informer
 
 log = logging.getLogger("slo_api")
 
+STOP_RECANCEL_SECONDS = 1.0
 KubeFactory = Callable[[Settings, Metrics], Awaitable[Kube]]
 
 
@@ -84,10 +84,15 @@ class Runtime:
 
     async def stop(self) -> None:
         self.shutting_down = True
-        for task in self._tasks:
+        pending = set(self._tasks)
+        for task in pending:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
+            for task in pending:
+                # A cancellation can be lost (asyncio.wait_for on Python 3.11 drops one that
+                # races with the result): ask again rather than hang the shutdown.
+                log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
+                task.cancel()
         self._tasks = []
         await self.kube.close()

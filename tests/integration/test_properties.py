@@ -194,6 +194,10 @@ bad_count = st.one_of(
     st.integers(-INT64, -1),
     beyond_int64,
 )
+# Context lengths are int64 in the CRD, so only negatives and what no int64 holds are bad.
+bad_context_length = st.one_of(
+    not_an_int.filter(lambda v: v is not None), st.integers(-INT64, -1), beyond_int64
+)
 bad_word = st.text(string.ascii_letters + "-_ ", max_size=12)
 unknown = st.text(string.ascii_letters, min_size=1, max_size=12)
 
@@ -309,7 +313,7 @@ def broken(draw: st.DrawFn, kind: str, route: str) -> tuple[Obj, str]:
     if mistake == "range.low":
         body["ttft"] = {
             "default": {"metrics": [metric]},
-            "ranges": [{"contextLengthRangeLow": draw(bad_count), "metrics": [metric]}],
+            "ranges": [{"contextLengthRangeLow": draw(bad_context_length), "metrics": [metric]}],
         }
         return body, "ttft.ranges[0].contextLengthRangeLow"
     if mistake == "queue":
