@@ -163,11 +163,12 @@ class CRIndex:
         """Store the object a write returned, if the index still holds that same CR.
 
         A CR that is gone from the index (deleted meanwhile) is not brought back, and one that
-        the watch has already moved past is not rolled back.
+        the watch has already moved past is not rolled back. Where the two resourceVersions
+        cannot be compared, nothing is stored: the watch delivers that version anyway.
         """
         name = _name(obj)
         old = self._objects[plural].get(name)
-        if old is None or _uid(old) != _uid(obj):
+        if old is None or _uid(old) != _uid(obj) or _rv(old) is None or _rv(obj) is None:
             return False
         return self.upsert(plural, obj)
 

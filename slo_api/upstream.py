@@ -43,7 +43,7 @@ def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
     return causes
 
 
-def to_api_error(exc: KubeError, kind: Kind, obj: Obj, *, conditional: bool) -> ApiError:
+def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
     """Translate an API server failure on one CR into what the client is told."""
     if isinstance(exc, KubeTimeout):
         return ApiError(504, "the Kubernetes API server did not answer in time")
@@ -57,10 +57,6 @@ def to_api_error(exc: KubeError, kind: Kind, obj: Obj, *, conditional: bool) -> 
     if exc.status == 404:
         return ApiError(404, f"route {kind.route_of(obj)!r} is gone")
     if exc.status == 409:
-        if conditional:
-            return ApiError(
-                412, "the route changed since the ETag you sent: read it again and retry"
-            )
         return ApiError(409, "the route changed during the write: retry")
     if exc.status in (401, 403):
         log.error(

@@ -63,6 +63,33 @@ def replacing(new: Any, old: Any) -> Any:
     return new
 
 
+def merged(stored: Any, patch: Any) -> Any:
+    """`stored` with a JSON merge patch applied (RFC 7386)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(stored) if isinstance(stored, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
+
+
+def without_unchanged(patch: Obj, stored: Obj) -> Obj:
+    """The top-level fields of a spec patch that would change what is stored.
+
+    A client that echoes a whole body back sends every field it read; only what it changed is
+    written, so the audit line and the Event name what the client actually changed.
+    """
+    return {k: v for k, v in patch.items() if merged(stored.get(k), v) != stored.get(k)}
+
+
+def present(**fields: Any) -> Obj:
+    """The fields that are set: the original API left unset optional fields out of bodies."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def check_read_only(name: str, sent: Any, current: Any) -> None:
     if sent != current:
         raise invalid(
@@ -91,8 +118,6 @@ class Kind(ABC):
 
     name: ClassVar[str]
     body_model: ClassVar[type[Body]]
-    # True when a write must see the CR as the API server has it now (pools check members).
-    reads_before_write: ClassVar[bool] = False
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
     groups_routes: ClassVar[bool] = False
 
@@ -116,6 +141,10 @@ class Kind(ABC):
     @abstractmethod
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         """The `spec` part of the merge patch for a validated body."""
+
+    def changes(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
+        """The `spec` patch of a body against `current`, without fields it leaves as they are."""
+        return without_unchanged(self.spec_patch(body, current, pools), spec(current))
 
     @abstractmethod
     def reset_patch(self, current: Obj) -> Obj:

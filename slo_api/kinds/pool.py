@@ -14,6 +14,7 @@ from slo_api.kinds.base import (
     PoolLookup,
     check_read_only,
     go_duration_seconds,
+    present,
     spec,
 )
 
@@ -49,7 +50,10 @@ class MemberStatus(Body):
 
 
 class PoolStatus(Body):
-    """Read-only: what the pool controller last reported."""
+    """Read-only: what the pool controller last reported.
+
+    It changes on its own during swaps, so an echoed copy is ignored (never compared).
+    """
 
     phase: str | None = None
     residentMember: str | None = None
@@ -94,7 +98,6 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
-    reads_before_write = True
     groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
@@ -107,11 +110,13 @@ class PoolKind(Kind):
         s = spec(obj)
         return {
             "members": members(obj),
-            "default": s.get("default") or None,
-            "swapPolicy": s.get("swapPolicy"),
-            "swapBudget": s.get("swapBudget"),
-            "reclaimAfter": s.get("reclaimAfter") or None,
-            "gpu": s.get("gpu"),
+            **present(
+                default=s.get("default") or None,
+                swapPolicy=s.get("swapPolicy"),
+                swapBudget=s.get("swapBudget"),
+                reclaimAfter=s.get("reclaimAfter") or None,
+                gpu=s.get("gpu"),
+            ),
         }
 
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
@@ -127,16 +132,15 @@ class PoolKind(Kind):
         return {
             "route": self.route_of(obj),
             "kind": self.name,
-            "swapPolicy": s.get("swapPolicy"),
-            "swapBudget": s.get("swapBudget"),
-            "residentMember": status_view(obj)["residentMember"],
+            **present(
+                swapPolicy=s.get("swapPolicy"),
+                swapBudget=s.get("swapBudget"),
+                residentMember=status_view(obj)["residentMember"],
+            ),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         assert isinstance(body, PoolBody)
-        if "status" in body.model_fields_set:
-            sent = body.status.model_dump() if body.status is not None else None
-            check_read_only("status", sent, status_view(current))
         if "pool" not in body.model_fields_set:
             return {}
         if body.pool is None:
@@ -147,7 +151,7 @@ class PoolKind(Kind):
         for name in sorted(settings.model_fields_set):
             value: Any = getattr(settings, name)
             if name in ("members", "gpu"):
-                check_read_only(f"pool.{name}", value, stored[name])
+                check_read_only(f"pool.{name}", value, stored.get(name))
             elif value is None and name not in _NULLABLE:
                 raise invalid(
                     f"pool.{name} cannot be null (DELETE resets it)", field=f"pool.{name}"
@@ -155,7 +159,13 @@ class PoolKind(Kind):
             else:
                 patch[name] = value
         default = patch.get("default")
-        if default is not None and default not in stored["members"]:
+        # Only a changed default is checked: one echoed unchanged is not the client's wish,
+        # even if the deployer has since removed that member.
+        if (
+            default is not None
+            and default != stored.get("default")
+            and (default not in stored["members"])
+        ):
             raise invalid(
                 f"pool.default must name a current member ({', '.join(stored['members'])})",
                 field="pool.default",

@@ -60,6 +60,20 @@ class RunningService:
     def indexed(self, route: str) -> list[Any]:
         return self.runtime.index.claims(route)
 
+    @contextlib.asynccontextmanager
+    async def watches_held(self) -> AsyncIterator[None]:
+        """The index stops following the API server, as while a watch backs off after an
+        outage; the watches start again (relisting) afterwards."""
+        tasks = list(self.runtime._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            yield
+        finally:
+            self.runtime.start()
+            await self.eventually(self.runtime.ready, what="readiness")
+
 
 @contextlib.asynccontextmanager
 async def running(kubeconfig: Path, **overrides: Any) -> AsyncIterator[RunningService]:

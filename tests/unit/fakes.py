@@ -75,9 +75,11 @@ class FakeKube:
         if key not in self.objects:
             raise KubeError(404, "NotFound", "not found", is_status=True)
         self.patches.append((res.plural, copy.deepcopy(patch), dry_run))
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted and wanted != self.objects[key]["metadata"]["resourceVersion"]:
-            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        wanted = patch.get("metadata") or {}
+        stored = self.objects[key]["metadata"]
+        for precondition in ("resourceVersion", "uid"):
+            if wanted.get(precondition) and wanted[precondition] != stored[precondition]:
+                raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
         merged: Obj = merge(self.objects[key], {k: v for k, v in patch.items() if k != "metadata"})
         if dry_run:
             return merged

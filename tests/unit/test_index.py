@@ -229,6 +229,21 @@ def test_write_through_stores_a_newer_version_of_the_same_cr() -> None:
     assert not index.upsert(LLM, cr("ns", "svc", "r", rv=1))
 
 
+def test_write_through_skips_versions_it_cannot_compare() -> None:
+    index = make_index()
+    stored = cr("ns", "svc", "r", rv=5, priority=2)
+    index.upsert(LLM, stored)
+    unknown = cr("ns", "svc", "r", priority=1)
+    unknown["metadata"]["resourceVersion"] = "not-a-number"
+    # The watch delivers that version anyway; a guess could roll the index back.
+    assert not index.write_through(LLM, unknown)
+    assert index.get(LLM, "ns", "svc") == stored
+    index.upsert(LLM, unknown)  # from the watch, it is taken as it comes
+    odd = cr("ns", "svc", "r", rv=7, priority=3)
+    assert not index.write_through(LLM, odd)
+    assert index.get(LLM, "ns", "svc") == unknown
+
+
 # -- relists -------------------------------------------------------------------------------
 
 

@@ -40,7 +40,6 @@ def test_a_422_uses_the_causes_never_the_message_that_names_the_cr() -> None:
         KubeError.from_body(422, json.dumps(status)),
         KINDS["pool"],
         pool_cr("secret-pool", ["a"]),
-        conditional=False,
     )
     assert error.status == 400
     assert error.field == "pool.swapPolicy"
@@ -71,19 +70,11 @@ def test_strict_field_validation_names_only_the_unknown_field() -> None:
         KubeError.from_body(422, json.dumps(status)),
         KINDS["pool"],
         pool_cr("secret-pool", ["a"]),
-        conditional=False,
     )
     assert error.field == "pool.reclaimAfter"
     assert "installed CRD" in error.message
     assert "secret-pool" not in json.dumps(error.body())
     assert "team-a" not in json.dumps(error.body())
-
-
-def test_conflict_is_412_when_conditional() -> None:
-    conflict = KubeError(409, "Conflict", 'modelpools "p" ...', is_status=True)
-    assert (
-        to_api_error(conflict, KINDS["pool"], pool_cr("p", ["a"]), conditional=True).status == 412
-    )
 
 
 def test_a_plain_text_404_is_not_a_status() -> None:
