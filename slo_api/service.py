@@ -12,7 +12,7 @@ from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kinds.pool import status_view
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, Resource
 from slo_api.upstream import to_api_error
 
 PAGE_CACHE_SIZE = 32
@@ -24,6 +24,11 @@ class Target:
 
     kind: Kind
     obj: Obj
+
+    @property
+    def resource(self) -> Resource:
+        """Where the CR lives: writes go to the API group that holds the copy shown."""
+        return self.kind.resource_of(self.obj)
 
     @property
     def namespace(self) -> str:
@@ -71,7 +76,11 @@ class Service:
     def index_for(kinds: list[Kind]) -> CRIndex:
         return CRIndex(
             IndexedKind(
-                k.name, k.resource.plural, k.route_of, k.members_of if k.groups_routes else None
+                k.name,
+                k.resource.plural,
+                k.route_of,
+                k.members_of if k.groups_routes else None,
+                k.groups,
             )
             for k in kinds
         )
@@ -116,7 +125,7 @@ class Service:
 
     async def _get(self, target: Target) -> Obj:
         try:
-            return await self.kube.get(target.kind.resource, target.namespace, target.name)
+            return await self.kube.get(target.resource, target.namespace, target.name)
         except KubeError as exc:
             raise to_api_error(exc, target.kind, target.obj, conditional=False) from None
 
@@ -149,7 +158,7 @@ class Service:
             patch["metadata"] = {"resourceVersion": if_match}
         try:
             obj = await self.kube.patch(
-                target.kind.resource, target.namespace, target.name, patch, dry_run=dry_run
+                target.resource, target.namespace, target.name, patch, dry_run=dry_run
             )
         except KubeError as exc:
             raise to_api_error(exc, target.kind, target.obj, conditional=bool(if_match)) from None

@@ -22,7 +22,7 @@ import yaml
 
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
-from slo_api.watching import Informer
+from slo_api.groups import KindWatch
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 
@@ -63,7 +63,7 @@ def names(service: RunningService, plural: str, namespace: str) -> set[str]:
     }
 
 
-def informer(service: RunningService, kind: str) -> Informer:
+def informer(service: RunningService, kind: str) -> KindWatch:
     return next(i for i in service.runtime.informers if i.kind.name == kind)
 
 
