@@ -108,6 +108,8 @@ class CRIndex:
         self.kinds = {k.plural: k for k in kinds}
         # Every group's copy of a CR, and the one copy shown (the most preferred group's).
         self._copies: dict[str, dict[Name, dict[str, Obj]]] = {p: {} for p in self.kinds}
+        # The names held under more than one group, so counting leftovers is not a full scan.
+        self._shared: dict[str, set[Name]] = {p: set() for p in self.kinds}
         self._objects: dict[str, dict[Name, Obj]] = {p: {} for p in self.kinds}
         self._claims: dict[str, set[Key]] = {}
         self._members: dict[tuple[str, str], set[Key]] = {}
@@ -144,11 +146,10 @@ class CRIndex:
         """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
         out: dict[str, int] = {}
         visible = self._objects[plural]
-        for name, copies in self._copies[plural].items():
-            if len(copies) > 1:
-                for group, obj in copies.items():
-                    if obj is not visible.get(name):
-                        out[group] = out.get(group, 0) + 1
+        for name in self._shared[plural]:
+            for group, obj in self._copies[plural][name].items():
+                if obj is not visible.get(name):
+                    out[group] = out.get(group, 0) + 1
         return out
 
     def objects(self, plural: str) -> list[Obj]:
@@ -189,7 +190,7 @@ class CRIndex:
             old_rv, new_rv = _rv(old), _rv(obj)
             if old_rv is not None and new_rv is not None and new_rv < old_rv:
                 return False
-        self._copies[plural].setdefault(name, {})[group] = slim(obj)
+        self._put_copy(plural, name, group, slim(obj))
         self._show(plural, name)
         self._settle()
         return True
@@ -237,7 +238,7 @@ class CRIndex:
         for name, g in gone:
             self._drop_copy(plural, name, g)
         for (name, g), obj in fresh.items():
-            held.setdefault(name, {})[g] = obj
+            self._put_copy(plural, name, g, obj)
         for name in {name for name, _ in gone} | {name for name, _ in fresh}:
             self._show(plural, name)
         # The sorted route lists once for the whole relist, not once per object.
@@ -248,10 +249,18 @@ class CRIndex:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
+    def _put_copy(self, plural: str, name: Name, group: str, obj: Obj) -> None:
+        copies = self._copies[plural].setdefault(name, {})
+        copies[group] = obj
+        if len(copies) > 1:
+            self._shared[plural].add(name)
+
     def _drop_copy(self, plural: str, name: Name, group: str) -> None:
         copies = self._copies[plural].get(name)
         if copies is not None:
             copies.pop(group, None)
+            if len(copies) < 2:
+                self._shared[plural].discard(name)
             if not copies:
                 del self._copies[plural][name]
 

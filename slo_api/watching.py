@@ -8,8 +8,9 @@ reflector does.
   and re-watches.
 - No bytes for `watch_inactivity_seconds` (bookmarks arrive about every minute) reconnects, so a
   silently dead connection heals.
-- A CRD that is not served (404 without a JSON Status) leaves the kind empty but synced, and is
-  looked up again every `crd_recheck_seconds`.
+- A CRD that is not served (404 without a JSON Status) leaves the group's copies empty but
+  synced, and is looked up again every `crd_recheck_seconds` (slo_api.groups also stops the loop
+  once discovery agrees the group is gone).
 """
 
 from __future__ import annotations
