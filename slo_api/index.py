@@ -3,6 +3,11 @@
 Readers resolve a route name to the CRs that claim it and page through route names in sorted
 order; the watch loops and the write path keep it current. All of it runs on one event loop,
 so no locks: each method leaves the index consistent before it returns.
+
+A kind may be served under several API groups at once (a migration between groups). The index
+keeps each group's copy of a (plural, namespace, name) apart and shows exactly one of them: the
+copy from the most preferred group present. The others are migration leftovers: stored, counted,
+never listed and never a claim on a route.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ class IndexedKind:
     plural: str
     route_of: Callable[[Obj], str]
     members_of: Callable[[Obj], list[str]] | None = None
+    # API groups in order of preference; a copy from an unlisted group ranks after them.
+    groups: tuple[str, ...] = ()
+
+    def rank(self, group: str) -> tuple[int, str]:
+        return (self.groups.index(group) if group in self.groups else len(self.groups), group)
 
 
 def _rv(obj: Obj) -> int | None:
@@ -49,6 +59,14 @@ def exact(data: bytes) -> bytes:
     returns; kept for each of 100,000 routes that is 400 MiB where the lines need 20.
     """
     return memoryview(data).tobytes()
+
+
+def group_of(obj: Obj) -> str:
+    """The API group of an object's apiVersion ("" for the core group or none)."""
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
 
 
 def slim(obj: Obj) -> Obj:
@@ -97,6 +115,10 @@ class _SortedNames:
 class CRIndex:
     def __init__(self, kinds: Iterable[IndexedKind]) -> None:
         self.kinds = {k.plural: k for k in kinds}
+        # Every group's copy of a CR, and the one copy shown (the most preferred group's).
+        self._copies: dict[str, dict[Name, dict[str, Obj]]] = {p: {} for p in self.kinds}
+        # The names held under more than one group, so counting leftovers is not a full scan.
+        self._shared: dict[str, set[Name]] = {p: set() for p in self.kinds}
         self._objects: dict[str, dict[Name, Obj]] = {p: {} for p in self.kinds}
         self._claims: dict[str, set[Key]] = {}
         self._members: dict[tuple[str, str], set[Key]] = {}
@@ -129,6 +151,16 @@ class CRIndex:
     def count(self, plural: str) -> int:
         return len(self._objects[plural])
 
+    def leftovers(self, plural: str) -> dict[str, int]:
+        """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
+        out: dict[str, int] = {}
+        visible = self._objects[plural]
+        for name in self._shared[plural]:
+            for group, obj in self._copies[plural][name].items():
+                if obj is not visible.get(name):
+                    out[group] = out.get(group, 0) + 1
+        return out
+
     def objects(self, plural: str) -> list[Obj]:
         return list(self._objects[plural].values())
 
@@ -156,16 +188,20 @@ class CRIndex:
         ]
 
     # -- writes ----------------------------------------------------------------------------
+    #
+    # `group` is the API group the object was read from; by default that of its apiVersion.
 
-    def upsert(self, plural: str, obj: Obj) -> bool:
+    def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         """Store an object from a watch event unless the index already has a newer one."""
+        group = group_of(obj) if group is None else group
         name = _name(obj)
-        old = self._objects[plural].get(name)
+        old = self._copies[plural].get(name, {}).get(group)
         if old is not None and _uid(old) == _uid(obj):
             old_rv, new_rv = _rv(old), _rv(obj)
             if old_rv is not None and new_rv is not None and new_rv < old_rv:
                 return False
-        self._store(plural, name, slim(obj))
+        self._put_copy(plural, name, group, slim(obj))
+        self._show(plural, name)
         self._settle()
         return True
 
@@ -176,35 +212,81 @@ class CRIndex:
         the watch has already moved past is not rolled back. Where the two resourceVersions
         cannot be compared, nothing is stored: the watch delivers that version anyway.
         """
-        name = _name(obj)
-        old = self._objects[plural].get(name)
+        group = group_of(obj)
+        old = self._copies[plural].get(_name(obj), {}).get(group)
         if old is None or _uid(old) != _uid(obj) or _rv(old) is None or _rv(obj) is None:
             return False
-        return self.upsert(plural, obj)
+        return self.upsert(plural, obj, group)
 
-    def delete(self, plural: str, obj: Obj) -> bool:
+    def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool:
+        group = group_of(obj) if group is None else group
         name = _name(obj)
-        old = self._objects[plural].get(name)
+        copies = self._copies[plural].get(name, {})
+        old = copies.get(group)
         if old is None or (_uid(obj) is not None and _uid(old) != _uid(obj)):
             return False
-        self._unstore(plural, name)
+        self._drop_copy(plural, name, group)
+        self._show(plural, name)
         self._settle()
         return True
 
-    def replace(self, plural: str, objs: Iterable[Obj]) -> None:
-        """Make a kind hold exactly `objs` (after a relist); other kinds are untouched."""
-        fresh = {_name(o): slim(o) for o in objs}
-        for name in [n for n in self._objects[plural] if n not in fresh]:
-            self._unstore(plural, name)
-        for name, obj in fresh.items():
-            self._store(plural, name, obj)
+    def replace(self, plural: str, objs: Iterable[Obj], group: str | None = None) -> None:
+        """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
+
+        Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
+        group of its apiVersion. Other kinds, and the kind's other groups, are untouched.
+        """
+        fresh: dict[tuple[Name, str], Obj] = {}
+        for obj in objs:
+            fresh[(_name(obj), group_of(obj) if group is None else group)] = slim(obj)
+        held = self._copies[plural]
+        gone = [
+            (name, g)
+            for name, copies in held.items()
+            for g in copies
+            if (group is None or g == group) and (name, g) not in fresh
+        ]
+        for name, g in gone:
+            self._drop_copy(plural, name, g)
+        for (name, g), obj in fresh.items():
+            self._put_copy(plural, name, g, obj)
+        for name in {name for name, _ in gone} | {name for name, _ in fresh}:
+            self._show(plural, name)
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
-    def clear(self, plural: str) -> None:
-        self.replace(plural, ())
+    def clear(self, plural: str, group: str | None = None) -> None:
+        self.replace(plural, (), group)
 
     # -- bookkeeping -----------------------------------------------------------------------
+
+    def _put_copy(self, plural: str, name: Name, group: str, obj: Obj) -> None:
+        copies = self._copies[plural].setdefault(name, {})
+        copies[group] = obj
+        if len(copies) > 1:
+            self._shared[plural].add(name)
+
+    def _drop_copy(self, plural: str, name: Name, group: str) -> None:
+        copies = self._copies[plural].get(name)
+        if copies is not None:
+            copies.pop(group, None)
+            if len(copies) < 2:
+                self._shared[plural].discard(name)
+            if not copies:
+                del self._copies[plural][name]
+
+    def _show(self, plural: str, name: Name) -> None:
+        """Show the copy of a CR from the most preferred group that holds one, if any."""
+        copies = self._copies[plural].get(name)
+        if not copies:
+            self._unstore(plural, name)
+            return
+        kind = self.kinds[plural]
+        best = (
+            copies[min(copies, key=kind.rank)] if len(copies) > 1 else next(iter(copies.values()))
+        )
+        if self._objects[plural].get(name) is not best:
+            self._store(plural, name, best)
 
     def _store(self, plural: str, name: Name, obj: Obj) -> None:
         kind = self.kinds[plural]

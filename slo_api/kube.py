@@ -205,6 +205,28 @@ class Kube:
         )
         return result
 
+    async def served(self, group: str, version: str) -> set[str]:
+        """The resources (plurals) discovery lists under a group/version; empty when the API
+        server does not serve that group/version at all."""
+        try:
+            found: Obj = await self._call(
+                "discovery",
+                _json_body(
+                    self._api.get_api_resources(
+                        group, version, _request_timeout=self.timeout, _preload_content=False
+                    )
+                ),
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return set()
+            raise
+        return {
+            str(r["name"])
+            for r in found.get("resources") or []
+            if isinstance(r, dict) and "/" not in str(r.get("name", "/"))
+        }
+
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         result: Obj = await self._call(
             "get",

@@ -7,13 +7,13 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from slo_api.auth import TokenStore
+from slo_api.groups import KindWatch
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
-from slo_api.metrics import Metrics
+from slo_api.metrics import KindState, Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings
-from slo_api.watching import Informer
 
 log = logging.getLogger("slo_api")
 
@@ -38,8 +38,9 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
+        # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
-            Informer(
+            KindWatch(
                 kube,
                 kind,
                 self.index,
@@ -54,17 +55,8 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         metrics.watch_kind_states(self.kind_states)
 
-    def kind_states(self) -> list[tuple[str, bool, bool, int, float | None]]:
-        return [
-            (
-                i.kind.name,
-                i.synced,
-                i.present,
-                self.index.count(i.kind.resource.plural),
-                i.last_event,
-            )
-            for i in self.informers
-        ]
+    def kind_states(self) -> list[KindState]:
+        return [i.state() for i in self.informers]
 
     def ready(self) -> bool:
         return not self.shutting_down and all(i.synced for i in self.informers)

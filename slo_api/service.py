@@ -12,7 +12,7 @@ from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind
 from slo_api.kinds.base import Kind, Obj, spec, without_unchanged
 from slo_api.kinds.pool import status_view
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, Resource
 from slo_api.upstream import to_api_error
 
 PAGE_CACHE_SIZE = 32
@@ -28,6 +28,11 @@ class Target:
 
     kind: Kind
     obj: Obj
+
+    @property
+    def resource(self) -> Resource:
+        """Where the CR lives: writes go to the API group that holds the copy shown."""
+        return self.kind.resource_of(self.obj)
 
     @property
     def namespace(self) -> str:
@@ -94,7 +99,11 @@ class Service:
     def index_for(kinds: list[Kind]) -> CRIndex:
         return CRIndex(
             IndexedKind(
-                k.name, k.resource.plural, k.route_of, k.members_of if k.groups_routes else None
+                k.name,
+                k.resource.plural,
+                k.route_of,
+                k.members_of if k.groups_routes else None,
+                k.groups,
             )
             for k in kinds
         )
@@ -145,7 +154,7 @@ class Service:
         the route's, whatever the index says.
         """
         try:
-            obj = await self.kube.get(target.kind.resource, target.namespace, target.name)
+            obj = await self.kube.get(target.resource, target.namespace, target.name)
         except KubeError as exc:
             raise to_api_error(exc, target.kind, target.obj) from None
         if target.kind.route_of(obj) != route:
@@ -210,7 +219,7 @@ class Service:
             }
             try:
                 obj = await self.kube.patch(
-                    target.kind.resource, target.namespace, target.name, patch, dry_run=dry_run
+                    target.resource, target.namespace, target.name, patch, dry_run=dry_run
                 )
             except KubeError as exc:
                 if not _lost_race(exc):

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def group_list(value: str) -> tuple[str, ...]:
+    """The API groups a `*_GROUP` setting names, most preferred first."""
+    return tuple(g.strip() for g in value.split(","))
 
 
 class Settings(BaseSettings):
@@ -26,18 +35,25 @@ class Settings(BaseSettings):
         None, description="Path of a kubeconfig; in-cluster configuration when unset."
     )
 
-    llm_group: str = "inference.modelsphere.dev"
+    llm_group: str = Field(
+        SLO_GROUPS, description="API groups that may serve LLM SLOs, most preferred first."
+    )
     llm_version: str = "v1alpha1"
     llm_plural: str = "llmslorequirements"
-    job_group: str = "inference.modelsphere.dev"
+    job_group: str = Field(
+        SLO_GROUPS, description="API groups that may serve job SLOs, most preferred first."
+    )
     job_version: str = "v1alpha1"
     job_plural: str = "jobslorequirements"
-    pool_group: str = "inference.llmkube.dev"
+    pool_group: str = Field(
+        "inference.llmkube.dev",
+        description="API groups that may serve pools, most preferred first.",
+    )
     pool_version: str = "v1alpha1"
     pool_plural: str = "modelpools"
 
     crd_recheck_seconds: float = Field(
-        60, gt=0, description="How often a missing CRD is looked up."
+        60, gt=0, description="How often discovery is asked which groups serve each kind."
     )
     upstream_timeout_seconds: float = Field(
         10, gt=0, description="Timeout of every call to the API server."
@@ -52,6 +68,23 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )
+
+    @field_validator("llm_group", "job_group", "pool_group")
+    @classmethod
+    def _groups(cls, value: str) -> str:
+        groups = group_list(value)
+        for group in groups:
+            if not group:
+                raise ValueError(
+                    f"{value!r} has an empty group: list API groups separated by commas, "
+                    "most preferred first"
+                )
+            if not _DNS_SUBDOMAIN.fullmatch(group) or len(group) > 253:
+                raise ValueError(f"{group!r} is not an API group (a lowercase DNS name)")
+        twice = sorted({g for g in groups if groups.count(g) > 1})
+        if twice:
+            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
+        return ",".join(groups)
 
     @model_validator(mode="after")
     def _needs_a_token(self) -> Settings:

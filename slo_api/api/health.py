@@ -31,8 +31,16 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(rt: RuntimeDep) -> Response:
     kinds = {
-        name: {"synced": synced, "present": present, "objects": count}
-        for name, synced, present, count, _ in rt.kind_states()
+        state.kind: {
+            "synced": state.synced,
+            "present": state.present,
+            "objects": state.objects,
+            "groups": list(state.groups),
+            "served": list(state.served),
+            "watched": list(state.watched),
+            "leftovers": sum(state.leftovers.values()),
+        }
+        for state in rt.kind_states()
     }
     reason = rt.not_ready_reason()
     body = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}

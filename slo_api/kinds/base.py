@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from slo_api.errors import ApiError, invalid
+from slo_api.index import group_of
 from slo_api.kube import Resource
 
 Obj = dict[str, Any]
@@ -121,8 +122,18 @@ class Kind(ABC):
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
     groups_routes: ClassVar[bool] = False
 
-    def __init__(self, resource: Resource) -> None:
-        self.resource = resource
+    def __init__(self, resource: Resource, groups: Sequence[str] = ()) -> None:
+        # The API groups that may serve the kind, most preferred first; `resource` is the
+        # kind under the first of them. The version and plural are the same in every group.
+        self.groups = tuple(groups) or (resource.group,)
+        self.resources = {
+            group: Resource(group, resource.version, resource.plural) for group in self.groups
+        }
+        self.resource = self.resources[self.groups[0]]
+
+    def resource_of(self, obj: Obj) -> Resource:
+        """Where a CR the index holds lives: the group of its apiVersion (writes go there)."""
+        return self.resources.get(group_of(obj), self.resource)
 
     @abstractmethod
     def route_of(self, obj: Obj) -> str: ...

@@ -63,15 +63,17 @@ class RunningService:
     @contextlib.asynccontextmanager
     async def watches_held(self) -> AsyncIterator[None]:
         """The index stops following the API server, as while a watch backs off after an
-        outage; the watches start again (relisting) afterwards."""
-        tasks = list(self.runtime._tasks)
+        outage (what it holds stays); the watches start again (relisting) afterwards."""
+        held = [(watch, group) for watch in self.runtime.informers for group in watch._tasks]
+        tasks = [watch._tasks[group] for watch, group in held]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         try:
             yield
         finally:
-            self.runtime.start()
+            for watch, group in held:
+                watch._start(group)
             await self.eventually(self.runtime.ready, what="readiness")
 
 

@@ -61,7 +61,11 @@ async def test_json_logs_carry_request_ids_and_one_audit_line_per_write(
     admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
 ) -> None:
     route = f"logged-{namespace}"
-    admin.create(crs.llm(namespace, "logged", service_id=route))
+    admin.create(
+        crs.llm(
+            namespace, "logged", service_id=route, maximumDeployment={"type": "replica", "value": 3}
+        )
+    )
     process = await start_process(slo_api_kubeconfig, tmp_path)
     try:
         auth = {"Authorization": f"Bearer {TOKEN}", "X-Request-Id": "req-42"}

@@ -22,13 +22,14 @@ import yaml
 
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
-from slo_api.watching import Informer
+from slo_api.groups import KindWatch
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 
 pytestmark = pytest.mark.integration
 
 JOB_CRD = "jobslorequirements.inference.modelsphere.dev"
+JOB_GROUPS = ["inference.modelsphere.dev", "inference.x-k8s.io"]
 LLM = (crs.SLO, "LLMSLORequirement")
 JOB = (crs.SLO, "JobSLORequirement")
 
@@ -63,8 +64,22 @@ def names(service: RunningService, plural: str, namespace: str) -> set[str]:
     }
 
 
-def informer(service: RunningService, kind: str) -> Informer:
+def informer(service: RunningService, kind: str) -> KindWatch:
     return next(i for i in service.runtime.informers if i.kind.name == kind)
+
+
+def job_state(*, present: bool, objects: int) -> dict[str, object]:
+    """The job kind in /readyz, served under the new group or not at all."""
+    served = JOB_GROUPS[:1] if present else []
+    return {
+        "synced": True,
+        "present": present,
+        "objects": objects,
+        "groups": JOB_GROUPS,
+        "served": served,
+        "watched": served,
+        "leftovers": 0,
+    }
 
 
 def install_job_crd(admin: Admin) -> None:
@@ -419,7 +434,7 @@ async def test_a_missing_crd_is_ready_as_absent_and_picked_up_when_installed(
         ready = await service.get("/readyz")
         assert ready.status_code == 200, ready.text
         kinds = ready.json()["kinds"]
-        assert kinds["job"] == {"synced": True, "present": False, "objects": 0}
+        assert kinds["job"] == job_state(present=False, objects=0)
         assert kinds["llm"]["present"] is True
         assert sample(service, "slo_api_kind_present", kind="job") == 0.0
         assert service.indexed(f"{ns}-llm")
@@ -431,7 +446,7 @@ async def test_a_missing_crd_is_ready_as_absent_and_picked_up_when_installed(
         assert informer(service, "job").present
         assert (await service.get(f"/routes/{route}")).status_code == 200
         ready = await service.get("/readyz")
-        assert ready.json()["kinds"]["job"] == {"synced": True, "present": True, "objects": 1}
+        assert ready.json()["kinds"]["job"] == job_state(present=True, objects=1)
 
 
 async def test_a_crd_deleted_while_watched_empties_only_its_kind(
@@ -453,7 +468,7 @@ async def test_a_crd_deleted_while_watched_empties_only_its_kind(
         assert service.indexed(f"{ns}-llm")
         ready = await service.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json()["kinds"]["job"] == {"synced": True, "present": False, "objects": 0}
+        assert ready.json()["kinds"]["job"] == job_state(present=False, objects=0)
 
         # Installed again, it is found again.
         await asyncio.to_thread(install_job_crd, own_admin)

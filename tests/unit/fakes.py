@@ -32,6 +32,8 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.rv = 100
         self.missing: set[str] = set()
+        # API groups discovery says serve every plural that is not missing.
+        self.groups = {"inference.modelsphere.dev", "inference.llmkube.dev"}
         self.fail_next: KubeError | None = None
         self.patches: list[tuple[str, Obj, bool]] = []
         self.closed = False
@@ -59,6 +61,12 @@ class FakeKube:
             raise KubeError(404, message="404 page not found")
         items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
+
+    async def served(self, group: str, version: str) -> set[str]:
+        if group not in self.groups:
+            return set()
+        plurals = {"llmslorequirements", "jobslorequirements", "modelpools"}
+        return plurals - self.missing
 
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         self._fault()

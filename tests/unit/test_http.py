@@ -107,7 +107,15 @@ async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None
     async with start(kube) as (client, app):
         await _ready(client, app)
         body = (await client.get("/readyz")).json()
-        assert body["kinds"]["job"] == {"synced": True, "present": False, "objects": 0}
+        assert body["kinds"]["job"] == {
+            "synced": True,
+            "present": False,
+            "objects": 0,
+            "groups": ["inference.modelsphere.dev", "inference.x-k8s.io"],
+            "served": [],
+            "watched": [],
+            "leftovers": 0,
+        }
 
 
 @pytest.mark.parametrize(
