@@ -13,9 +13,12 @@ never listed and never a claim on a route.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
@@ -49,7 +52,13 @@ def _uid(obj: Obj) -> str | None:
 
 def _name(obj: Obj) -> Name:
     meta = obj.get("metadata", {})
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+    # Namespaces repeat across many CRs: one string each, not one per CR.
+    return sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", ""))
+
+
+# Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
+# claims and the sorted route lists (see tests/unit/test_index_memory.py).
+ENTRY_OVERHEAD = 460
 
 
 def exact(data: bytes) -> bytes:
@@ -112,15 +121,51 @@ class _SortedNames:
         self.items = sorted(names)
 
 
+class Entry:
+    """One stored copy of a CR: the object encoded as JSON, and what the index reads of it.
+
+    Kept encoded because a decoded CR costs several times its JSON in Python objects, and
+    every replica holds every CR: it is decoded when a route is read or written.
+    """
+
+    __slots__ = ("data", "group", "members", "name", "route", "rv", "uid")
+
+    def __init__(
+        self,
+        name: Name,
+        data: bytes,
+        group: str,
+        uid: str | None,
+        rv: int | None,
+        route: str,
+        members: tuple[str, ...],
+    ) -> None:
+        self.name = name
+        self.data = data
+        self.group = group
+        self.uid = uid
+        self.rv = rv
+        self.route = route
+        self.members = members
+
+    def obj(self) -> Obj:
+        value: Obj = orjson.loads(self.data)
+        return value
+
+    def same(self, other: Entry) -> bool:
+        return self.group == other.group and self.data == other.data
+
+
 class CRIndex:
     def __init__(self, kinds: Iterable[IndexedKind]) -> None:
         self.kinds = {k.plural: k for k in kinds}
-        # Every group's copy of a CR, and the one copy shown (the most preferred group's).
-        self._copies: dict[str, dict[Name, dict[str, Obj]]] = {p: {} for p in self.kinds}
-        # The names held under more than one group, so counting leftovers is not a full scan.
-        self._shared: dict[str, set[Name]] = {p: set() for p in self.kinds}
-        self._objects: dict[str, dict[Name, Obj]] = {p: {} for p in self.kinds}
-        self._claims: dict[str, set[Key]] = {}
+        # The copy shown of each CR: the most preferred group's.
+        self._objects: dict[str, dict[Name, Entry]] = {p: {} for p in self.kinds}
+        # Every group's copy, only for the CRs held under more than one group (a migration);
+        # a CR under one group has just its shown copy.
+        self._copies: dict[str, dict[Name, dict[str, Entry]]] = {p: {} for p in self.kinds}
+        # Claims as tuples: a set per route would cost more than most CRs' own keys.
+        self._claims: dict[str, tuple[Key, ...]] = {}
         self._members: dict[tuple[str, str], set[Key]] = {}
         self._all = _SortedNames()
         self._by_kind = {k.name: _SortedNames() for k in self.kinds.values()}
@@ -131,18 +176,25 @@ class CRIndex:
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
+        # Bytes of encoded objects held (every copy), for the size estimate.
+        self.encoded_bytes = 0
 
     # -- reads -----------------------------------------------------------------------------
 
     def get(self, plural: str, namespace: str, name: str) -> Obj | None:
-        return self._objects[plural].get((namespace, name))
+        entry = self._objects[plural].get((namespace, name))
+        return entry.obj() if entry is not None else None
 
     def claims(self, route: str) -> list[tuple[str, Obj]]:
         """The (plural, object) pairs that claim a route, in a stable order."""
         return [
-            (plural, self._objects[plural][(ns, name)])
+            (plural, self._objects[plural][(ns, name)].obj())
             for plural, ns, name in sorted(self._claims.get(route, ()))
         ]
+
+    def claimed_in(self, route: str) -> list[tuple[str, str]]:
+        """The (plural, namespace) of each CR claiming a route, without decoding them."""
+        return [(plural, ns) for plural, ns, _ in sorted(self._claims.get(route, ()))]
 
     def routes(self, kind: str | None = None) -> list[str]:
         """Route names in sorted order, all or those claimed by a kind (not a copy)."""
@@ -151,18 +203,23 @@ class CRIndex:
     def count(self, plural: str) -> int:
         return len(self._objects[plural])
 
+    def estimated_bytes(self) -> int:
+        """About what the index holds in memory: the encoded objects plus a measured cost
+        per stored CR (keys, claims, route lists)."""
+        return self.encoded_bytes + ENTRY_OVERHEAD * sum(len(o) for o in self._objects.values())
+
     def leftovers(self, plural: str) -> dict[str, int]:
         """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
         out: dict[str, int] = {}
         visible = self._objects[plural]
-        for name in self._shared[plural]:
-            for group, obj in self._copies[plural][name].items():
-                if obj is not visible.get(name):
+        for name, copies in self._copies[plural].items():
+            for group, entry in copies.items():
+                if entry is not visible.get(name):
                     out[group] = out.get(group, 0) + 1
         return out
 
     def objects(self, plural: str) -> list[Obj]:
-        return list(self._objects[plural].values())
+        return [entry.obj() for entry in self._objects[plural].values()]
 
     def rendered(self, view: str, route: str, render: Callable[[str], Any]) -> Any:
         """`render(route)`, computed once and kept until the route's CRs or pools change.
@@ -183,7 +240,7 @@ class CRIndex:
     def groups_with_member(self, namespace: str, member: str) -> list[tuple[str, Obj]]:
         """Objects (pools) in a namespace that list `member` among their members."""
         return [
-            (plural, self._objects[plural][(ns, name)])
+            (plural, self._objects[plural][(ns, name)].obj())
             for plural, ns, name in sorted(self._members.get((namespace, member), ()))
         ]
 
@@ -191,17 +248,32 @@ class CRIndex:
     #
     # `group` is the API group the object was read from; by default that of its apiVersion.
 
+    def entry(self, plural: str, obj: Obj, group: str | None = None) -> Entry:
+        """The compact form in which the index keeps `obj` (without managedFields)."""
+        kind = self.kinds[plural]
+        obj = slim(obj)
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        return Entry(
+            _name(obj),
+            exact(orjson.dumps(obj)),
+            group_of(obj) if group is None else group,
+            uid if isinstance(uid, str) else None,
+            _rv(obj),
+            kind.route_of(obj),
+            tuple(kind.members_of(obj)) if kind.members_of is not None else (),
+        )
+
     def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         """Store an object from a watch event unless the index already has a newer one."""
         group = group_of(obj) if group is None else group
         name = _name(obj)
-        old = self._copies[plural].get(name, {}).get(group)
-        if old is not None and _uid(old) == _uid(obj):
-            old_rv, new_rv = _rv(old), _rv(obj)
-            if old_rv is not None and new_rv is not None and new_rv < old_rv:
+        old = self._held(plural, name).get(group)
+        if old is not None and old.uid == _uid(obj):
+            new_rv = _rv(obj)
+            if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
-        self._put_copy(plural, name, group, slim(obj))
-        self._show(plural, name)
+        self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
         return True
 
@@ -213,45 +285,39 @@ class CRIndex:
         cannot be compared, nothing is stored: the watch delivers that version anyway.
         """
         group = group_of(obj)
-        old = self._copies[plural].get(_name(obj), {}).get(group)
-        if old is None or _uid(old) != _uid(obj) or _rv(old) is None or _rv(obj) is None:
+        old = self._held(plural, _name(obj)).get(group)
+        if old is None or old.uid != _uid(obj) or old.rv is None or _rv(obj) is None:
             return False
         return self.upsert(plural, obj, group)
 
     def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         group = group_of(obj) if group is None else group
         name = _name(obj)
-        copies = self._copies[plural].get(name, {})
-        old = copies.get(group)
-        if old is None or (_uid(obj) is not None and _uid(old) != _uid(obj)):
+        old = self._held(plural, name).get(group)
+        uid = _uid(obj)
+        if old is None or (uid is not None and old.uid != uid):
             return False
-        self._drop_copy(plural, name, group)
-        self._show(plural, name)
+        self._change(plural, name, {group: None})
         self._settle()
         return True
 
-    def replace(self, plural: str, objs: Iterable[Obj], group: str | None = None) -> None:
+    def replace(self, plural: str, objs: Iterable[Obj | Entry], group: str | None = None) -> None:
         """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
 
         Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
         group of its apiVersion. Other kinds, and the kind's other groups, are untouched.
+        `objs` may be entries made by `entry()` (a list builds them page by page).
         """
-        fresh: dict[tuple[Name, str], Obj] = {}
-        for obj in objs:
-            fresh[(_name(obj), group_of(obj) if group is None else group)] = slim(obj)
-        held = self._copies[plural]
-        gone = [
-            (name, g)
-            for name, copies in held.items()
-            for g in copies
-            if (group is None or g == group) and (name, g) not in fresh
-        ]
-        for name, g in gone:
-            self._drop_copy(plural, name, g)
-        for (name, g), obj in fresh.items():
-            self._put_copy(plural, name, g, obj)
-        for name in {name for name, _ in gone} | {name for name, _ in fresh}:
-            self._show(plural, name)
+        changes: dict[Name, dict[str, Entry | None]] = {}
+        for item in objs:
+            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
+            changes.setdefault(entry.name, {})[entry.group] = entry
+        for name, held in self._held_all(plural):
+            for g in held:
+                if (group is None or g == group) and g not in changes.get(name, {}):
+                    changes.setdefault(name, {})[g] = None
+        for name, change in changes.items():
+            self._change(plural, name, change)
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
@@ -260,24 +326,39 @@ class CRIndex:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
-    def _put_copy(self, plural: str, name: Name, group: str, obj: Obj) -> None:
-        copies = self._copies[plural].setdefault(name, {})
-        copies[group] = obj
-        if len(copies) > 1:
-            self._shared[plural].add(name)
-
-    def _drop_copy(self, plural: str, name: Name, group: str) -> None:
+    def _held(self, plural: str, name: Name) -> dict[str, Entry]:
+        """Every group's copy of a CR."""
         copies = self._copies[plural].get(name)
         if copies is not None:
-            copies.pop(group, None)
-            if len(copies) < 2:
-                self._shared[plural].discard(name)
-            if not copies:
-                del self._copies[plural][name]
+            return copies
+        shown = self._objects[plural].get(name)
+        return {shown.group: shown} if shown is not None else {}
 
-    def _show(self, plural: str, name: Name) -> None:
-        """Show the copy of a CR from the most preferred group that holds one, if any."""
-        copies = self._copies[plural].get(name)
+    def _held_all(self, plural: str) -> Iterator[tuple[Name, dict[str, Entry]]]:
+        shared = self._copies[plural]
+        for name, shown in list(self._objects[plural].items()):
+            yield name, shared.get(name) or {shown.group: shown}
+        # A copy hidden while none is shown cannot happen; shared names are all shown.
+
+    def _change(self, plural: str, name: Name, change: dict[str, Entry | None]) -> None:
+        """Apply new copies (None: gone) of a CR and show the most preferred group's."""
+        held = self._held(plural, name)
+        copies = dict(held)
+        for group, entry in change.items():
+            if entry is None:
+                copies.pop(group, None)
+            else:
+                kept = copies.get(group)
+                # An unchanged copy (a relist, a repeated event) keeps its entry, so nothing
+                # derived from it is dropped.
+                copies[group] = kept if kept is not None and kept.same(entry) else entry
+        self.encoded_bytes += sum(len(e.data) for e in copies.values()) - sum(
+            len(e.data) for e in held.values()
+        )
+        if len(copies) > 1:
+            self._copies[plural][name] = copies
+        else:
+            self._copies[plural].pop(name, None)
         if not copies:
             self._unstore(plural, name)
             return
@@ -286,56 +367,57 @@ class CRIndex:
             copies[min(copies, key=kind.rank)] if len(copies) > 1 else next(iter(copies.values()))
         )
         if self._objects[plural].get(name) is not best:
-            self._store(plural, name, best)
+            self._store(plural, best.name, best)
 
-    def _store(self, plural: str, name: Name, obj: Obj) -> None:
-        kind = self.kinds[plural]
+    def _store(self, plural: str, name: Name, entry: Entry) -> None:
         old = self._objects[plural].get(name)
         key = (plural, *name)
         if old is not None:
-            self._unlink(kind, key, old)
-        self._objects[plural][name] = obj
-        self._link(kind, key, obj)
+            self._unlink(key, old)
+        self._objects[plural][name] = entry
+        self._link(key, entry)
         self.generation += 1
 
     def _unstore(self, plural: str, name: Name) -> None:
         old = self._objects[plural].pop(name, None)
         if old is not None:
-            self._unlink(self.kinds[plural], (plural, *name), old)
+            self._unlink((plural, *name), old)
             self.generation += 1
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
             cache.pop(route, None)
 
-    def _link(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
-        route = kind.route_of(obj)
+    def _link(self, key: Key, entry: Entry) -> None:
+        route = entry.route
         if route:
-            self._claims.setdefault(route, set()).add(key)
+            claims = self._claims.get(route, ())
+            if key not in claims:
+                self._claims[route] = (*claims, key)
             self._touched.add(route)
             self._forget(route)
-        if kind.members_of is not None:
-            for member in kind.members_of(obj):
-                self._members.setdefault((key[1], member), set()).add(key)
-                self._forget(member)
+        for member in entry.members:
+            self._members.setdefault((key[1], member), set()).add(key)
+            self._forget(member)
 
-    def _unlink(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
-        route = kind.route_of(obj)
+    def _unlink(self, key: Key, entry: Entry) -> None:
+        route = entry.route
         claims = self._claims.get(route)
         if claims is not None:
-            claims.discard(key)
-            if not claims:
+            rest = tuple(k for k in claims if k != key)
+            if rest:
+                self._claims[route] = rest
+            else:
                 del self._claims[route]
             self._touched.add(route)
             self._forget(route)
-        if kind.members_of is not None:
-            for member in kind.members_of(obj):
-                self._forget(member)
-                holders = self._members.get((key[1], member))
-                if holders is not None:
-                    holders.discard(key)
-                    if not holders:
-                        del self._members[(key[1], member)]
+        for member in entry.members:
+            self._forget(member)
+            holders = self._members.get((key[1], member))
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._members[(key[1], member)]
 
     def _settle(self) -> None:
         """Bring the sorted route lists in line with the claims of every touched route.

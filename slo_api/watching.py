@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slo_api.index import CRIndex, slim
+from slo_api.index import CRIndex, Entry
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
@@ -139,7 +139,7 @@ class Informer:
 
     async def _list(self) -> str | None:
         """List every CR of the kind; None when the CRD is not served."""
-        items: list[Obj] = []
+        items: list[Entry] = []
         continue_: str | None = None
         while True:
             try:
@@ -159,10 +159,11 @@ class Informer:
                     items, continue_ = [], None  # the continue token expired: start over
                     continue
                 raise
-            # managedFields are dropped page by page, not after the last page: they are often
-            # larger than the rest of the object, and holding them for every CR of a long list
-            # at once set the process's resident size long after they were freed.
-            items.extend(slim(obj) for obj in page.get("items") or [])
+            # Each page is made compact (the index's encoded entries, without managedFields)
+            # before the next is read: a long list never holds every CR decoded at once.
+            items.extend(
+                self.index.entry(self._plural, obj, self.group) for obj in page.get("items") or []
+            )
             meta = page.get("metadata") or {}
             continue_ = meta.get("continue") or None
             if not continue_:
