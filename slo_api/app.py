@@ -52,6 +52,8 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        # Starlette's slash redirects build an absolute URL from the request's Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     errors.install(app)

@@ -15,6 +15,11 @@ from slo_api.errors import ApiError
 router = APIRouter()
 STATIC = resources.files("slo_api") / "static"
 ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+# As a header, not only the page's <meta> tag: frame-ancestors is honoured only here.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 @router.get("/healthz", tags=["operations"], operation_id="healthz", summary="Liveness")
@@ -64,7 +69,9 @@ async def metrics(rt: RuntimeDep) -> Response:
     response_class=Response,
 )
 async def demo_page() -> Response:
-    return _static("index.html", "text/html; charset=utf-8")
+    response = _static("index.html", "text/html; charset=utf-8")
+    response.headers["Content-Security-Policy"] = PAGE_CSP
+    return response
 
 
 @router.get("/demo-webui/", include_in_schema=False)
