@@ -8,12 +8,13 @@ from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
+    GO_DURATION_MAX,
     Body,
     Kind,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_seconds,
+    go_duration_ns,
     spec,
 )
 
@@ -23,11 +24,14 @@ _NULLABLE = ("default", "reclaimAfter")
 def _positive_duration(value: str | None) -> str | None:
     if value is None:
         return value
-    seconds = go_duration_seconds(value)
-    if seconds is None:
-        raise ValueError("must be a Go duration such as 45s, 5m or 1h30m")
-    if seconds <= 0:
-        raise ValueError("must be longer than zero")
+    ns = go_duration_ns(value)
+    if ns is None:
+        raise ValueError(
+            "must be a Go duration such as 45s, 5m or 1h30m (ASCII digits; units ns, us, ms, "
+            f"s, m, h), at most {GO_DURATION_MAX}"
+        )
+    if ns < 1:
+        raise ValueError("must be at least 1ns")
     return value
 
 
