@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from slo_api.route_names import valid_route
+
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
@@ -217,7 +219,8 @@ class CRIndex:
 
     def _link(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
         route = kind.route_of(obj)
-        if route:
+        # A route the API refuses to address is not listed: /config would offer what 400s.
+        if valid_route(route):
             self._claims.setdefault(route, set()).add(key)
             self._touched.add(route)
             self._forget(route)
