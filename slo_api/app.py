@@ -32,6 +32,7 @@ def create_app(
     token = settings.slo_api_token.get_secret_value() if settings.slo_api_token else None
     # Built here, not in the lifespan, so a bad tokens file stops the process before it serves.
     tokens = TokenStore(token, settings.slo_api_tokens_file)
+    tokens.register_metrics(metrics.registry)
     connect = kube_factory or connect_kube
 
     @asynccontextmanager

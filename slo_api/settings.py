@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slo_api.auth import token_problem
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
@@ -57,6 +59,11 @@ class Settings(BaseSettings):
     def _needs_a_token(self) -> Settings:
         if self.slo_api_token is None and self.slo_api_tokens_file is None:
             raise ValueError("set SLO_API_TOKEN or SLO_API_TOKENS_FILE")
-        if self.slo_api_token is not None and not self.slo_api_token.get_secret_value().strip():
-            raise ValueError("SLO_API_TOKEN is empty")
+        if self.slo_api_token is not None:
+            token = self.slo_api_token.get_secret_value()
+            if not token.strip():
+                raise ValueError("SLO_API_TOKEN is empty")
+            problem = token_problem(token)
+            if problem is not None:
+                raise ValueError(f"SLO_API_TOKEN: {problem}")
         return self

@@ -40,9 +40,13 @@ async def readyz(rt: RuntimeDep) -> Response:
         for name, synced, present, count, _ in rt.kind_states()
     }
     reason = rt.not_ready_reason()
-    body = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
+    body: dict[str, object] = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
     if reason is not None:
         body["reason"] = reason
+    if rt.tokens.has_file():
+        # Detail for an alert, not a readiness condition: the process still serves.
+        problem = rt.tokens.file_problem()
+        body["tokensFile"] = {"ok": True} if problem is None else {"ok": False, "problem": problem}
     return Response(
         orjson.dumps(body),
         status_code=200 if reason is None else 503,

@@ -12,7 +12,7 @@ from slo_api.kinds.base import go_duration_ns, replacing
 from slo_api.settings import Settings
 from tests.unit.conftest import job_cr, llm_cr, pool_cr
 
-KINDS = {k.name: k for k in build_kinds(Settings(slo_api_token="x"))}
+KINDS = {k.name: k for k in build_kinds(Settings(slo_api_token="unit-write-token"))}
 
 
 def no_pool(namespace: str, member: str) -> None:

@@ -10,7 +10,7 @@ from slo_api.settings import Settings
 from slo_api.upstream import to_api_error
 from tests.unit.conftest import pool_cr
 
-KINDS = {k.name: k for k in build_kinds(Settings(slo_api_token="x"))}
+KINDS = {k.name: k for k in build_kinds(Settings(slo_api_token="unit-write-token"))}
 
 
 def test_a_422_uses_the_causes_never_the_message_that_names_the_cr() -> None:
