@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from slo_api import __version__
-from slo_api.api import errors, health, routes
+from slo_api.api import docs, errors, health, routes
 from slo_api.api.middleware import RequestMiddleware
 from slo_api.api.schema import add_components
 from slo_api.auth import TokenStore
@@ -50,7 +50,7 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
         # Starlette's slash redirects build an absolute URL from the request's Host header.
@@ -60,6 +60,8 @@ def create_app(
     errors.install(app)
     app.include_router(routes.router)
     app.include_router(health.router)
+    if settings.docs_enabled:
+        app.include_router(docs.router)
     app.add_middleware(RequestMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
 
     def openapi() -> dict[str, Any]:

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         90, gt=0, description="A watch with no event or bookmark for this long is reconnected."
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
+    docs_enabled: bool = Field(
+        True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."
+    )
     shutdown_grace_seconds: float = Field(
         2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )

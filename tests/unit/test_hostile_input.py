@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 
 import orjson
 import pytest
@@ -144,3 +145,35 @@ async def test_every_response_says_nosniff_and_the_page_sends_its_csp(start: Sta
         assert "frame-ancestors 'none'" in csp
         assert "default-src 'none'" in csp
         assert "script-src 'self'" in csp
+
+
+async def test_docs_load_only_same_origin_assets_and_they_are_served(start: Started) -> None:
+    async with start() as (client, _app):
+        page = await client.get("/docs")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        html = page.text
+        assert "://" not in html  # no CDN, no other origin
+        refs = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(r"url: '([^']+)'", html)
+        assert refs
+        for ref in refs:
+            assert not ref.startswith(("/", "http:", "https:")), ref
+            if ref.startswith("data:"):
+                continue
+            # Relative to /docs, as a browser resolves it.
+            asset = await client.get("/" + ref)
+            assert asset.status_code == 200, ref
+            assert asset.content, ref
+        js = await client.get("/docs/swagger-ui-bundle.js")
+        assert js.headers["content-type"].startswith("text/javascript")
+        assert "SwaggerUIBundle" in js.text
+        css = await client.get("/docs/swagger-ui.css")
+        assert css.headers["content-type"].startswith("text/css")
+        assert (await client.get("/docs/secrets.txt")).status_code == 404
+
+
+async def test_docs_can_be_turned_off(start: Started) -> None:
+    async with start(docs_enabled=False) as (client, _app):
+        assert (await client.get("/docs")).status_code == 404
+        assert (await client.get("/docs/swagger-ui-bundle.js")).status_code == 404
+        assert (await client.get("/openapi.json")).status_code == 200
