@@ -83,6 +83,9 @@ _UNIT_NS = {
     "h": 3_600_000_000_000,
 }
 _DIGITS = "0123456789"
+# The shape alone (ASCII digits, Go's units, an optional "+"), as the ModelPool CRD's pattern;
+# the range (at least 1ns, at most Go's longest duration) is checked by go_duration_ns.
+GO_DURATION_PATTERN = "^[+]?(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+$"
 _OVER = 1 << 63
 GO_DURATION_MAX = "2562047h47m16.854775807s"  # 1<<63 - 1 nanoseconds
 

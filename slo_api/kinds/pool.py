@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
     GO_DURATION_MAX,
+    GO_DURATION_PATTERN,
     Body,
     Kind,
     Obj,
@@ -35,11 +36,19 @@ def _positive_duration(value: str | None) -> str | None:
     return value
 
 
+_DURATION = Field(
+    max_length=64,
+    description=f"A Go duration from 1ns to {GO_DURATION_MAX}, such as 45s, 5m or 1h30m.",
+    # Documented only: the validator below checks the shape and the range in one go.
+    json_schema_extra={"pattern": GO_DURATION_PATTERN},
+)
+
+
 class PoolSettings(Body):
     default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     swapPolicy: Literal["sticky", "reclaim"] | None = None
-    swapBudget: Annotated[str, Field(max_length=64)] | None = None
-    reclaimAfter: Annotated[str, Field(max_length=64)] | None = None
+    swapBudget: Annotated[str, _DURATION] | None = None
+    reclaimAfter: Annotated[str, _DURATION] | None = None
     members: list[str] | None = Field(None, description="Read-only.")
     gpu: int | None = Field(None, description="Read-only.")
 
