@@ -20,7 +20,7 @@ from bench import load, populate
 from bench.load import Series, Target
 from controlplane.server import free_port
 
-TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a loopback process
+TOKEN = "bench-write-token"  # noqa: S105 - a throwaway token for a loopback process
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
 REPO = Path(__file__).resolve().parent.parent
@@ -290,7 +290,7 @@ def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, An
     from slo_api.settings import Settings as AppSettings
     from slo_api.watching import Informer
 
-    kinds = build_kinds(AppSettings(slo_api_token="unused"))  # noqa: S106
+    kinds = build_kinds(AppSettings(slo_api_token="unused-unused-unused"))  # noqa: S106
     index = Service.index_for(kinds)
     informer = Informer(
         None,  # type: ignore[arg-type]  # never used: no list, no watch

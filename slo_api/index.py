@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from slo_api.route_names import valid_route
+
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
@@ -390,7 +392,8 @@ class CRIndex:
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route
-        if route:
+        # A route the API refuses to address is not listed: /config would offer what 400s.
+        if valid_route(route):
             claims = self._claims.get(route, ())
             if key not in claims:
                 self._claims[route] = (*claims, key)

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from slo_api.auth import token_problem
+
 SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -65,6 +67,9 @@ class Settings(BaseSettings):
         90, gt=0, description="A watch with no event or bookmark for this long is reconnected."
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
+    docs_enabled: bool = Field(
+        True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."
+    )
     shutdown_grace_seconds: float = Field(
         2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )
@@ -90,6 +95,11 @@ class Settings(BaseSettings):
     def _needs_a_token(self) -> Settings:
         if self.slo_api_token is None and self.slo_api_tokens_file is None:
             raise ValueError("set SLO_API_TOKEN or SLO_API_TOKENS_FILE")
-        if self.slo_api_token is not None and not self.slo_api_token.get_secret_value().strip():
-            raise ValueError("SLO_API_TOKEN is empty")
+        if self.slo_api_token is not None:
+            token = self.slo_api_token.get_secret_value()
+            if not token.strip():
+                raise ValueError("SLO_API_TOKEN is empty")
+            problem = token_problem(token)
+            if problem is not None:
+                raise ValueError(f"SLO_API_TOKEN: {problem}")
         return self

@@ -8,12 +8,14 @@ from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
+    GO_DURATION_MAX,
+    GO_DURATION_PATTERN,
     Body,
     Kind,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_seconds,
+    go_duration_ns,
     present,
     spec,
 )
@@ -24,19 +26,30 @@ _NULLABLE = ("default", "reclaimAfter")
 def _positive_duration(value: str | None) -> str | None:
     if value is None:
         return value
-    seconds = go_duration_seconds(value)
-    if seconds is None:
-        raise ValueError("must be a Go duration such as 45s, 5m or 1h30m")
-    if seconds <= 0:
-        raise ValueError("must be longer than zero")
+    ns = go_duration_ns(value)
+    if ns is None:
+        raise ValueError(
+            "must be a Go duration such as 45s, 5m or 1h30m (ASCII digits; units ns, us, ms, "
+            f"s, m, h), at most {GO_DURATION_MAX}"
+        )
+    if ns < 1:
+        raise ValueError("must be at least 1ns")
     return value
+
+
+_DURATION = Field(
+    max_length=64,
+    description=f"A Go duration from 1ns to {GO_DURATION_MAX}, such as 45s, 5m or 1h30m.",
+    # Documented only: the validator below checks the shape and the range in one go.
+    json_schema_extra={"pattern": GO_DURATION_PATTERN},
+)
 
 
 class PoolSettings(Body):
     default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     swapPolicy: Literal["sticky", "reclaim"] | None = None
-    swapBudget: Annotated[str, Field(max_length=64)] | None = None
-    reclaimAfter: Annotated[str, Field(max_length=64)] | None = None
+    swapBudget: Annotated[str, _DURATION] | None = None
+    reclaimAfter: Annotated[str, _DURATION] | None = None
     members: list[str] | None = Field(None, description="Read-only.")
     gpu: int | None = Field(None, description="Read-only.")
 

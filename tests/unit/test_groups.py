@@ -304,7 +304,7 @@ async def test_metrics_say_per_group_what_is_served_watched_and_left_over(
 
 
 def test_a_target_names_the_group_of_the_copy_it_resolved_to() -> None:
-    [llm, _, pool] = build_kinds(Settings(slo_api_token="x"))
+    [llm, _, pool] = build_kinds(Settings(slo_api_token="x" * 16))
     assert Target(llm, cr(OLD, "a")).resource == Resource(OLD, "v1alpha1", PLURAL)
     assert Target(llm, cr(NEW, "a")).resource == Resource(NEW, "v1alpha1", PLURAL)
     # An object from a group the kind does not list (or none) is written to the preferred one.
@@ -316,7 +316,7 @@ def test_a_target_names_the_group_of_the_copy_it_resolved_to() -> None:
 
 
 def test_the_default_groups() -> None:
-    settings = Settings(slo_api_token="x")
+    settings = Settings(slo_api_token="x" * 16)
     assert group_list(settings.llm_group) == (NEW, OLD)
     assert group_list(settings.job_group) == (NEW, OLD)
     assert group_list(settings.pool_group) == ("inference.llmkube.dev",)
@@ -328,7 +328,7 @@ def test_the_default_groups() -> None:
 
 
 def test_a_group_list_is_read_in_order_with_spaces_trimmed() -> None:
-    settings = Settings(slo_api_token="x", llm_group=f" {OLD} , {NEW} ")
+    settings = Settings(slo_api_token="x" * 16, llm_group=f" {OLD} , {NEW} ")
     assert group_list(settings.llm_group) == (OLD, NEW)
     assert build_kinds(settings)[0].resource.group == OLD
 
@@ -346,7 +346,7 @@ def test_a_group_list_is_read_in_order_with_spaces_trimmed() -> None:
 )
 def test_bad_group_lists_are_refused_with_the_reason(value: str, says: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        Settings(slo_api_token="x", job_group=value)
+        Settings(slo_api_token="x" * 16, job_group=value)
     assert says in str(caught.value)
 
 

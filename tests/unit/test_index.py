@@ -386,3 +386,25 @@ def test_routes_and_claims_always_match_the_stored_objects(ops: list[tuple[Any, 
             fresh = {name: cr("n1", name, route) for name, route in items}
             index.replace(plural, fresh.values())
         check_consistent(index)
+
+
+def test_unaddressable_routes_are_neither_listed_nor_claimed() -> None:
+    index = make_index()
+    unaddressable = ["r" * 254, "tab\there", "line\nbreak", "del\x7f"]
+    for number, route in enumerate(unaddressable):
+        index.upsert(LLM, cr("ns", f"bad-{number}", route, rv=number + 1))
+    index.upsert(JOB, cr("ns", "job-bad", "x" * 300))
+    index.upsert(LLM, cr("ns", "longest", "r" * 253))
+    assert index.routes() == ["r" * 253]
+    assert index.routes("llm") == ["r" * 253]
+    assert index.routes("job") == []
+    for route in [*unaddressable, "x" * 300]:
+        assert index.claims(route) == []
+    # A CR that changes to an addressable serviceId is listed; back again, it is not.
+    index.upsert(LLM, cr("ns", "bad-1", "fixed", rv=10))
+    assert index.routes() == ["fixed", "r" * 253]
+    index.upsert(LLM, cr("ns", "bad-1", "tab\tagain", rv=11))
+    assert index.routes() == ["r" * 253]
+    assert index.claims("fixed") == []
+    index.replace(LLM, [cr("ns", "bad-0", "r" * 254, rv=12), cr("ns", "ok", "ok", rv=13)])
+    assert index.routes() == ["ok"]

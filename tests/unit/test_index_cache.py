@@ -23,7 +23,7 @@ LLM, JOB, POOL = "llmslorequirements", "jobslorequirements", "modelpools"
 
 
 def make_service() -> Service:
-    kinds = build_kinds(Settings(slo_api_token="unit-token"))
+    kinds = build_kinds(Settings(slo_api_token="unit-write-token"))
     return Service(None, kinds, Service.index_for(kinds))  # type: ignore[arg-type]
 
 
