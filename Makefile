@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
+.PHONY: venv lock controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
 
 venv: $(STAMP)
 
@@ -16,13 +16,18 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# requirements.lock and requirements-build.lock (what the image installs, exact versions with
+# hashes) from pyproject.toml; rerun after changing its dependencies (a unit test says when).
+lock: venv
+	$(PY) -m release.lock
+
 # kube-apiserver and etcd, built from the Go module proxy once and cached by version.
 controlplane: venv
 	$(PY) -m controlplane build
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check slo_api controlplane tests bench
+	$(PY) -m ruff format --check slo_api controlplane tests bench release
 	$(PY) -m mypy
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).
