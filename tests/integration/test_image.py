@@ -33,7 +33,9 @@ from release import image as images
 from release import lock as locks
 from tests.integration import crs
 
-pytestmark = pytest.mark.integration
+# The first test also makes the base (mmdebstrap, about a minute and a half when not cached) and
+# builds the image; later runs take their caches.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 TAG = "localhost/slo-api:test"
