@@ -117,24 +117,28 @@ def debian_base(cache: Path = CACHE, timeout: float = 900, show: bool = False) -
     tarball = cache / f"debian-{DEBIAN_SUITE}-{key}.tar"
     if not tarball.is_file():
         cache.mkdir(parents=True, exist_ok=True)
-        partial = tarball.with_suffix(".partial.tar")
-        partial.unlink(missing_ok=True)
-        _run(
-            [
+        # Per process, so two test runs at once never write one file; the rename is atomic.
+        partial = tarball.with_name(f"{tarball.stem}.{os.getpid()}.partial.tar")
+        try:
+            _run(
+                [
+                    "mmdebstrap",
+                    f"--variant={DEBIAN_VARIANT}",
+                    f"--include={','.join(recipe['packages'])}",
+                    # Documentation, manuals and translations are of no use in an image.
+                    "--dpkgopt=path-exclude=/usr/share/doc/*",
+                    "--dpkgopt=path-exclude=/usr/share/man/*",
+                    "--dpkgopt=path-exclude=/usr/share/locale/*",
+                    DEBIAN_SUITE,
+                    str(partial),
+                ],
+                timeout,
                 "mmdebstrap",
-                f"--variant={DEBIAN_VARIANT}",
-                f"--include={','.join(recipe['packages'])}",
-                # Documentation, manuals and translations are of no use in an image.
-                "--dpkgopt=path-exclude=/usr/share/doc/*",
-                "--dpkgopt=path-exclude=/usr/share/man/*",
-                "--dpkgopt=path-exclude=/usr/share/locale/*",
-                DEBIAN_SUITE,
-                str(partial),
-            ],
-            timeout,
-            "mmdebstrap",
-            show,
-        )
+                show,
+            )
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         partial.rename(tarball)
     _run(
         [

@@ -11,6 +11,7 @@ read-only. Where podman cannot run at all these tests fail: the image is part of
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import resource
@@ -38,7 +39,8 @@ from tests.integration import crs
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-TAG = "localhost/slo-api:test"
+# One tag per checkout, so test runs of two checkouts on one machine never run each other's build.
+TAG = f"localhost/slo-api:test-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
 TOKEN = "image-test-token"
 KUBECONFIG_IN_CONTAINER = "/etc/slo-api/kubeconfig"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.M)
