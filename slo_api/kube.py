@@ -12,7 +12,7 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,26 +269,44 @@ class Kube:
         return result
 
     async def watch(
-        self, res: Resource, *, resource_version: str, timeout_seconds: int, read_timeout: float
-    ) -> AsyncIterator[Obj]:
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        initial_events: bool = False,
+    ) -> AsyncGenerator[Obj, None]:
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
         its Status, and a silent connection ends after `read_timeout` seconds without bytes.
+        With `initial_events`, the stream starts with every current CR as ADDED, then a
+        BOOKMARK annotated `k8s.io/initial-events-end` (a list without a list: the API server
+        streams from its watch cache, and nobody holds the whole list at once).
         """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if initial_events:
+            query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        if resource_version or not initial_events:
+            query.append(("resourceVersion", resource_version))
         started = time.monotonic()
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
             # that races with the response, and the watch loop then outlives its shutdown.
             async with asyncio.timeout(self.timeout):
-                response = await self._api.list_cluster_custom_object(
-                    res.group,
-                    res.version,
-                    res.plural,
-                    watch=True,
-                    allow_watch_bookmarks=True,
-                    resource_version=resource_version,
-                    timeout_seconds=timeout_seconds,
+                # The client's own request layer: the generated list method knows no
+                # sendInitialEvents.
+                response = await self._api_client.call_api(
+                    f"/apis/{res.group}/{res.version}/{res.plural}",
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
                     _preload_content=False,
                     _request_timeout=aiohttp.ClientTimeout(
                         sock_connect=self.timeout, sock_read=read_timeout
@@ -297,6 +315,9 @@ class Kube:
         except TimeoutError:
             self._observe("watch", "timeout", time.monotonic() - started)
             raise KubeTimeout(0, "Timeout", "the watch was not accepted in time") from None
+        except ApiException as exc:
+            self._observe("watch", str(exc.status), time.monotonic() - started)
+            raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
         except (aiohttp.ClientError, OSError) as exc:
             self._observe("watch", "unavailable", time.monotonic() - started)
             raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
@@ -320,13 +341,18 @@ class Kube:
 
 async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Obj]:
     # Split on newlines ourselves: aiohttp's readline caps a line at 64 KiB, and a CR can be
-    # larger than that.
-    buffer = b""
+    # larger than that. Each chunk is scanned once: an initial stream of 100,000 CRs arrives
+    # in chunks of many lines, and cutting the rest off after every line would copy each
+    # chunk once per line in it.
+    rest = b""
     async for chunk in response.content.iter_any():
-        buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
-            line, buffer = buffer[:end], buffer[end + 1 :]
+        data = rest + chunk if rest else chunk
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            line = data[start:end]
+            start = end + 1
             if line.strip():
                 yield orjson.loads(line)
-    if buffer.strip():
-        yield orjson.loads(buffer)
+        rest = data[start:]
+    if rest.strip():
+        yield orjson.loads(rest)

@@ -16,6 +16,7 @@ reflector does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -30,6 +31,7 @@ from slo_api.metrics import Metrics
 log = logging.getLogger("slo_api.watch")
 
 HEALTHY_RESET_SECONDS = 120.0
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 QUICK_CLOSE_SECONDS = 1.0
 
 
@@ -94,6 +96,9 @@ class Informer:
         self.present = False
         self.last_event: float | None = None
         self.backoff = Backoff()
+        # Lists are streamed until the API server refuses it; the next list pages after a 410.
+        self.streams = True
+        self._page_next = False
         self._plural = self.resource.plural
         # How logs name what this loop watches: `plural.group`, as kubectl does.
         self._name = f"{self.resource.plural}.{self.group}"
@@ -117,6 +122,9 @@ class Informer:
             except _Relist as exc:
                 self.metrics.watch_restarts.labels(self.kind.name, exc.reason).inc()
                 log.info("%s: relisting (%s)", self._name, exc)
+                # After a 410 the watch cache could not serve our version: list from etcd
+                # in pages, as client-go does, rather than stream from that same cache.
+                self._page_next = exc.reason == "expired"
                 await asyncio.sleep(self.backoff.next())
             except KubeError as exc:
                 delay = exc.retry_after or self.backoff.next()
@@ -138,23 +146,66 @@ class Informer:
         self.on_synced()
 
     async def _list(self) -> str | None:
-        """List every CR of the kind; None when the CRD is not served."""
+        """List every CR of the kind; None when the CRD is not served.
+
+        Streamed through a watch (sendInitialEvents) where the API server supports it, so
+        neither side holds the whole list at once; in pages otherwise, and after a 410.
+        """
+        try:
+            if self.streams and not self._page_next:
+                try:
+                    return await self._stream_list()
+                except KubeError as exc:
+                    if exc.status not in (400, 422):
+                        raise
+                    # An API server without the WatchList feature refuses the parameter.
+                    log.info("%s: lists are not streamed here (%s); paging", self._name, exc)
+                    self.streams = False
+            return await self._page_list()
+        except KubeError as exc:
+            if exc.status == 404 and not exc.is_status:
+                if self.present or not self.synced:
+                    log.warning(
+                        "%s: CRD not served; indexing the kind as empty and looking again "
+                        "every %gs",
+                        self._name,
+                        self.crd_recheck_seconds,
+                    )
+                self._absent()
+                return None
+            raise
+
+    async def _stream_list(self) -> str:
+        entries: list[Entry] = []
+        timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
+        events = self.kube.watch(
+            self.resource,
+            resource_version="",
+            timeout_seconds=timeout,
+            read_timeout=self.inactivity_seconds,
+            initial_events=True,
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if event.get("type") == "ADDED":
+                    # Compact at once: the stream is never held decoded.
+                    entries.append(self.index.entry(self._plural, obj, self.group))
+                elif event.get("type") == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        return self._listed(entries, str(meta.get("resourceVersion") or ""))
+        raise _Relist("relist", "the list stream ended before its initial events did")
+
+    async def _page_list(self) -> str:
         items: list[Entry] = []
         continue_: str | None = None
         while True:
             try:
                 page = await self.kube.list(self.resource, continue_=continue_)
             except KubeError as exc:
-                if exc.status == 404 and not exc.is_status:
-                    if self.present or not self.synced:
-                        log.warning(
-                            "%s: CRD not served; indexing the kind as empty and "
-                            "looking again every %gs",
-                            self._name,
-                            self.crd_recheck_seconds,
-                        )
-                    self._absent()
-                    return None
                 if exc.status == 410 and continue_:
                     items, continue_ = [], None  # the continue token expired: start over
                     continue
@@ -168,6 +219,11 @@ class Informer:
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
+        return self._listed(items, str(meta.get("resourceVersion") or ""))
+
+    def _listed(self, items: list[Entry], resource_version: str) -> str:
+        """The kind's CRs under this group are `items` as of `resource_version`."""
+        self._page_next = False
         self.index.replace(self._plural, items, self.group)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
@@ -176,7 +232,7 @@ class Informer:
         self.synced = True
         self.last_event = time.monotonic()
         self.on_synced()
-        return str(meta.get("resourceVersion") or "")
+        return resource_version
 
     async def _watch(self, resource_version: str) -> None:
         while True:

@@ -52,6 +52,17 @@ def restarts(service: RunningService, kind: str, reason: str) -> float:
     return sample(service, "slo_api_watch_restarts_total", kind=kind, reason=reason)
 
 
+def upstream_calls(service: RunningService, verb: str) -> float:
+    registry = service.runtime.metrics.registry
+    return sum(
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "slo_api_upstream_requests"
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("verb") == verb
+    )
+
+
 def uids(service: RunningService, route: str) -> list[str]:
     return [obj["metadata"]["uid"] for _, obj in service.indexed(route)]
 
@@ -327,6 +338,28 @@ async def test_managed_fields_are_not_stored_from_lists_or_events(
             assert obj["metadata"]["uid"], route  # the rest of metadata is kept
 
 
+async def test_lists_are_streamed_through_watches(
+    slo_api_kubeconfig: Path, admin: Admin, namespace: str
+) -> None:
+    routes = [f"{namespace}-s{i}" for i in range(30)]
+    for i, route in enumerate(routes):
+        admin.create(crs.llm(namespace, f"s{i}", service_id=route, priority=i % 11))
+    async with running(slo_api_kubeconfig) as service:
+        for route in routes:
+            [(_, obj)] = service.indexed(route)
+            assert obj["spec"]["serviceId"] == route
+            assert "managedFields" not in obj["metadata"]
+        # Each kind's first list came as the initial events of a watch (sendInitialEvents),
+        # never a paged list: neither side held the whole list at once.
+        assert upstream_calls(service, "list") == 0
+        assert relists(service, "llm") >= 1
+        # And the watch that followed is live.
+        admin.merge_patch(*LLM, namespace, "s0", {"spec": {"priority": 9}})
+        await service.eventually(
+            lambda: service.indexed(routes[0])[0][1]["spec"]["priority"] == 9, what="an update"
+        )
+
+
 # -- outages (own cluster) ---------------------------------------------------------------------
 
 
@@ -375,6 +408,8 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         )
         relists_before = relists(service, "llm")
         expired_before = restarts(service, "llm", "expired")
+        # The first lists were streamed through watches, not paged.
+        assert upstream_calls(service, "list") == 0
 
         # slo-api loses the API server; meanwhile CRs change, the API server restarts with a
         # fresh watch cache, and etcd forgets the history slo-api would resume from.
@@ -400,6 +435,8 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         # It relisted because the watch it resumed was refused with 410 (Expired), the way
         # client-go's reflector recovers, not because a broken connection forced a relist.
         assert restarts(service, "llm", "expired") > expired_before
+        # After a 410 the relist pages through etcd, as client-go's reflector does.
+        assert upstream_calls(service, "list") > 0
         assert (await service.get("/readyz")).status_code == 200
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from slo_api.kube import KubeError, Resource
@@ -96,7 +96,23 @@ class FakeKube:
         self.objects[key] = merged
         return copy.deepcopy(merged)
 
-    async def watch(self, res: Resource, **_: Any) -> AsyncIterator[Obj]:
+    async def watch(
+        self, res: Resource, *, initial_events: bool = False, **_: Any
+    ) -> AsyncGenerator[Obj, None]:
+        if initial_events:
+            # A list streamed as a watch's initial events, as a current API server sends it.
+            page = await self.list(res)
+            for obj in page["items"]:
+                yield {"type": "ADDED", "object": obj}
+            yield {
+                "type": "BOOKMARK",
+                "object": {
+                    "metadata": {
+                        "resourceVersion": page["metadata"]["resourceVersion"],
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    }
+                },
+            }
         await asyncio.Event().wait()
         yield {}
 

@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import pytest
@@ -81,7 +81,16 @@ class GroupsKube(Kube):
         items = [copy.deepcopy(o) for o in self.objects[res.group]]
         return {"items": items, "metadata": {"resourceVersion": "100"}}
 
-    async def watch(self, res: Resource, **_: Any) -> AsyncIterator[Obj]:
+    async def watch(
+        self, res: Resource, *, initial_events: bool = False, **_: Any
+    ) -> AsyncGenerator[Obj, None]:
+        if initial_events:
+            listed = await self.list(res)
+            for obj in listed["items"]:
+                yield {"type": "ADDED", "object": obj}
+            end = {"k8s.io/initial-events-end": "true"}
+            yield {"type": "BOOKMARK", "object": {"metadata": {"annotations": end}}}
+            return
         queue = self.events.setdefault(res.group, asyncio.Queue())
         while True:
             yield await queue.get()
