@@ -219,11 +219,19 @@ class CRIndex:
         self._settle()
         return True
 
-    def replace(self, plural: str, objs: Iterable[Obj], group: str | None = None) -> None:
+    def replace(
+        self,
+        plural: str,
+        objs: Iterable[Obj],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
         """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
 
         Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
-        group of its apiVersion. Other kinds, and the kind's other groups, are untouched.
+        group of its apiVersion. With a namespace, only the copies in that namespace are
+        replaced (a relist of one watched namespace). Other kinds, and the kind's other groups
+        and namespaces, are untouched.
         """
         fresh: dict[tuple[Name, str], Obj] = {}
         for obj in objs:
@@ -233,7 +241,9 @@ class CRIndex:
             (name, g)
             for name, copies in held.items()
             for g in copies
-            if (group is None or g == group) and (name, g) not in fresh
+            if (group is None or g == group)
+            and (namespace is None or name[0] == namespace)
+            and (name, g) not in fresh
         ]
         for name, g in gone:
             self._drop_copy(plural, name, g)
@@ -244,8 +254,8 @@ class CRIndex:
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
-    def clear(self, plural: str, group: str | None = None) -> None:
-        self.replace(plural, (), group)
+    def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
+        self.replace(plural, (), group, namespace)
 
     # -- bookkeeping -----------------------------------------------------------------------
 

@@ -43,7 +43,11 @@ async def readyz(rt: RuntimeDep) -> Response:
         for state in rt.kind_states()
     }
     reason = rt.not_ready_reason()
-    body = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
+    body = {
+        "status": "ok" if reason is None else "not_ready",
+        "kinds": kinds,
+        "scope": rt.scope(),
+    }
     if reason is not None:
         body["reason"] = reason
     return Response(

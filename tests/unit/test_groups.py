@@ -119,7 +119,7 @@ async def kube() -> GroupsKube:
 
 
 async def stop(watch: KindWatch) -> None:
-    await watch._stop(list(watch._tasks))
+    await watch._stop(watch.kind.groups)
 
 
 # -- discovery -------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ async def test_a_group_that_goes_away_empties_what_came_from_it(kube: GroupsKube
 
         kube.unserve(OLD)
         await watch.discover()
-        assert set(watch._tasks) == {NEW}
+        assert set(watch._tasks) == {(NEW, None)}
         assert routes(watch) == {"both": NEW, "new-only": NEW}
         assert watch.state().leftovers == {}
 

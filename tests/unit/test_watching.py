@@ -140,6 +140,8 @@ class FakeKube(Kube):
         limit: int = 500,
         continue_: str | None = None,
         resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> Obj:
         self.list_calls.append(continue_)
         if not self.pages:
@@ -150,7 +152,14 @@ class FakeKube(Kube):
         return result
 
     async def watch(
-        self, res: Resource, *, resource_version: str, timeout_seconds: int, read_timeout: float
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> AsyncIterator[Obj]:
         self.watch_calls.append(resource_version)
         self.watch_kwargs.append({"timeout_seconds": timeout_seconds, "read_timeout": read_timeout})
