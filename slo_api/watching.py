@@ -234,7 +234,8 @@ class Informer:
                 if exc.status in (401, 403):
                     log.error(
                         "RBAC: the API server refused slo-api's watch of %s (%s); check its "
-                        "ClusterRole grants get, list, watch and patch",
+                        "ClusterRole (or with WATCH_NAMESPACES, its Role in the namespace) "
+                        "grants get, list, watch and patch",
                         self._name,
                         exc,
                     )
