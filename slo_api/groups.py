@@ -173,8 +173,13 @@ class KindWatch:
         await self.follow(tuple(served))
 
     async def follow(self, served: tuple[str, ...]) -> None:
-        """Watch exactly the groups in `served`."""
-        gone = sorted({g for g, _ in self._tasks if g not in served})
+        """Watch the groups in `served`; stop those gone from it whose lists found them gone.
+
+        A group discovery no longer lists is kept while its informers still list it: discovery
+        can lag behind (right after an API server restart, say), and a CRD really deleted
+        ends its watches, whose informers then find it absent and drop its CRs themselves.
+        """
+        gone = sorted({g for g, _ in self._tasks if g not in served and not self._listed(g)})
         if gone:
             log.warning(
                 "%s is no longer served under %s; its CRs there are gone",
@@ -189,6 +194,9 @@ class KindWatch:
         self.served = served
         self.discovered = True
         self._report()
+
+    def _listed(self, group: str) -> bool:
+        return any(i.present for (g, _), i in self.informers.items() if g == group)
 
     def _start(self, group: str, namespace: str | None) -> None:
         informer = Informer(

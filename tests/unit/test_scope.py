@@ -15,7 +15,7 @@ from slo_api.kube import Resource
 from slo_api.settings import Settings, namespace_list
 from tests.unit.conftest import Started
 from tests.unit.fakes import FakeKube
-from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, make_watch, until
+from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch, until
 
 Obj = dict[str, Any]
 
@@ -152,6 +152,7 @@ async def test_each_served_group_is_watched_in_each_listed_namespace() -> None:
 
         # A group going away takes its CRs in every namespace.
         kube.unserve(NEW)
+        await deleted(watch, NEW)
         await watch.discover()
         assert sorted(watch.informers) == [(OLD, "team-a"), (OLD, "team-b")]
         assert names(watch) == {("team-a", "c")}
