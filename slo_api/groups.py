@@ -6,12 +6,16 @@ group, or both during a migration). Discovery is asked at start and every
 watched, without a restart; one that stops has its Informer stopped and its CRs dropped from
 the index, as a deleted CRD does. A group that does not serve the configured version counts as
 absent. Which copy of a CR served under several groups is shown is the index's business.
+
+With `WATCH_NAMESPACES` set, each served group gets one Informer per namespace instead of one
+for the whole cluster, so namespaced Roles are all slo-api needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from slo_api.index import CRIndex
 from slo_api.kinds.base import Kind
@@ -37,6 +41,8 @@ class KindWatch:
         crd_recheck_seconds: float,
         watch_timeout_seconds: int,
         inactivity_seconds: float,
+        namespaces: tuple[str, ...] = (),
+        label_selector: str = "",
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -45,10 +51,14 @@ class KindWatch:
         self.crd_recheck_seconds = crd_recheck_seconds
         self.watch_timeout_seconds = watch_timeout_seconds
         self.inactivity_seconds = inactivity_seconds
+        # Where each served group is watched: the listed namespaces, or (None) all of them.
+        self.namespaces: tuple[str | None, ...] = namespaces or (None,)
+        self.label_selector = label_selector
         self.discovered = False
         self.served: tuple[str, ...] = ()
-        self.informers: dict[str, Informer] = {}
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        # By (group, namespace).
+        self.informers: dict[tuple[str, str | None], Informer] = {}
+        self._tasks: dict[tuple[str, str | None], asyncio.Task[None]] = {}
         self._was_synced = False
         self._reported: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self.backoff = Backoff()
@@ -71,9 +81,8 @@ class KindWatch:
 
     @property
     def watched(self) -> tuple[str, ...]:
-        return tuple(
-            g for g in self.kind.groups if g in self.informers and self.informers[g].present
-        )
+        present = {g for (g, _), i in self.informers.items() if i.present}
+        return tuple(g for g in self.kind.groups if g in present)
 
     @property
     def last_event(self) -> float | None:
@@ -152,7 +161,7 @@ class KindWatch:
                     continue
                 await asyncio.sleep(self.crd_recheck_seconds)
         finally:
-            await self._stop(list(self._tasks))
+            await self._stop(self.kind.groups)
 
     async def discover(self) -> None:
         """Ask which groups serve the kind; start and stop group informers to match."""
@@ -164,8 +173,13 @@ class KindWatch:
         await self.follow(tuple(served))
 
     async def follow(self, served: tuple[str, ...]) -> None:
-        """Watch exactly the groups in `served`."""
-        gone = [g for g in self._tasks if g not in served]
+        """Watch the groups in `served`; stop those gone from it whose lists found them gone.
+
+        A group discovery no longer lists is kept while its informers still list it: discovery
+        can lag behind (right after an API server restart, say), and a CRD really deleted
+        ends its watches, whose informers then find it absent and drop its CRs themselves.
+        """
+        gone = sorted({g for g, _ in self._tasks if g not in served and not self._listed(g)})
         if gone:
             log.warning(
                 "%s is no longer served under %s; its CRs there are gone",
@@ -174,13 +188,17 @@ class KindWatch:
             )
             await self._stop(gone)
         for group in served:
-            if group not in self._tasks:
-                self._start(group)
+            for namespace in self.namespaces:
+                if (group, namespace) not in self._tasks:
+                    self._start(group, namespace)
         self.served = served
         self.discovered = True
         self._report()
 
-    def _start(self, group: str) -> None:
+    def _listed(self, group: str) -> bool:
+        return any(i.present for (g, _), i in self.informers.items() if g == group)
+
+    def _start(self, group: str, namespace: str | None) -> None:
         informer = Informer(
             self.kube,
             self.kind,
@@ -190,16 +208,18 @@ class KindWatch:
             watch_timeout_seconds=self.watch_timeout_seconds,
             inactivity_seconds=self.inactivity_seconds,
             resource=self.kind.resources[group],
+            namespace=namespace,
+            label_selector=self.label_selector,
             on_synced=self._report,
         )
-        self.informers[group] = informer
-        self._tasks[group] = asyncio.create_task(
-            informer.run(), name=f"watch-{self.kind.name}-{group}"
-        )
+        self.informers[(group, namespace)] = informer
+        name = "-".join(filter(None, ("watch", self.kind.name, group, namespace)))
+        self._tasks[(group, namespace)] = asyncio.create_task(informer.run(), name=name)
 
-    async def _stop(self, groups: list[str]) -> None:
+    async def _stop(self, groups: Iterable[str]) -> None:
         """Stop the groups' informers and drop their CRs from the index."""
-        pending = {self._tasks.pop(g) for g in groups if g in self._tasks}
+        keys = [key for key in self._tasks if key[0] in groups]
+        pending = {self._tasks.pop(key) for key in keys}
         cancelled = False
         while pending:
             for task in pending:
@@ -209,8 +229,9 @@ class KindWatch:
                 _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
             except asyncio.CancelledError:
                 cancelled = True  # stopping ourselves: finish stopping the children first
-        for group in groups:
-            self.informers.pop(group, None)
+        for key in keys:
+            self.informers.pop(key, None)
+        for group in {group for group, _ in keys}:
             self.index.clear(self.kind.resource.plural, group)
         if cancelled:
             raise asyncio.CancelledError

@@ -303,6 +303,7 @@ class CRIndex:
         self._settle()
         return True
 
+<<<<<<< HEAD
     def replace(self, plural: str, objs: Iterable[Obj | Entry], group: str | None = None) -> None:
         """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
 
@@ -320,11 +321,45 @@ class CRIndex:
                     changes.setdefault(name, {})[g] = None
         for name, change in changes.items():
             self._change(plural, name, change)
+=======
+    def replace(
+        self,
+        plural: str,
+        objs: Iterable[Obj],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
+
+        Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
+        group of its apiVersion. With a namespace, only the copies in that namespace are
+        replaced (a relist of one watched namespace). Other kinds, and the kind's other groups
+        and namespaces, are untouched.
+        """
+        fresh: dict[tuple[Name, str], Obj] = {}
+        for obj in objs:
+            fresh[(_name(obj), group_of(obj) if group is None else group)] = slim(obj)
+        held = self._copies[plural]
+        gone = [
+            (name, g)
+            for name, copies in held.items()
+            for g in copies
+            if (group is None or g == group)
+            and (namespace is None or name[0] == namespace)
+            and (name, g) not in fresh
+        ]
+        for name, g in gone:
+            self._drop_copy(plural, name, g)
+        for (name, g), obj in fresh.items():
+            self._put_copy(plural, name, g, obj)
+        for name in {name for name, _ in gone} | {name for name, _ in fresh}:
+            self._show(plural, name)
+>>>>>>> h-groups
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
-    def clear(self, plural: str, group: str | None = None) -> None:
-        self.replace(plural, (), group)
+    def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
+        self.replace(plural, (), group, namespace)
 
     # -- bookkeeping -----------------------------------------------------------------------
 

@@ -191,19 +191,29 @@ class Kube:
         limit: int = 500,
         continue_: str | None = None,
         resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> Obj:
+        """One page of a list, cluster-wide or in one namespace."""
         kwargs: Obj = {"limit": limit, "_request_timeout": self.timeout, "_preload_content": False}
         if continue_:
             kwargs["_continue"] = continue_
         elif resource_version is not None:
             kwargs["resource_version"] = resource_version
-        result: Obj = await self._call(
-            "list",
-            _json_body(
-                self._api.list_cluster_custom_object(res.group, res.version, res.plural, **kwargs)
-            ),
-        )
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        result: Obj = await self._call("list", _json_body(self._list(res, namespace, **kwargs)))
         return result
+
+    def _list(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
+        """kubernetes_asyncio's list (or watch) call, cluster-wide or in one namespace."""
+        if namespace is None:
+            return self._api.list_cluster_custom_object(
+                res.group, res.version, res.plural, **kwargs
+            )
+        return self._api.list_namespaced_custom_object(
+            res.group, res.version, namespace, res.plural, **kwargs
+        )
 
     async def served(self, group: str, version: str) -> set[str]:
         """The resources (plurals) discovery lists under a group/version; empty when the API
@@ -275,8 +285,14 @@ class Kube:
         resource_version: str,
         timeout_seconds: int,
         read_timeout: float,
+<<<<<<< HEAD
         initial_events: bool = False,
     ) -> AsyncGenerator[Obj, None]:
+=======
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> AsyncIterator[Obj]:
+>>>>>>> h-groups
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
@@ -295,10 +311,12 @@ class Kube:
         if resource_version or not initial_events:
             query.append(("resourceVersion", resource_version))
         started = time.monotonic()
+        selecting: Obj = {"label_selector": label_selector} if label_selector else {}
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
             # that races with the response, and the watch loop then outlives its shutdown.
             async with asyncio.timeout(self.timeout):
+<<<<<<< HEAD
                 # The client's own request layer: the generated list method knows no
                 # sendInitialEvents.
                 response = await self._api_client.call_api(
@@ -307,6 +325,16 @@ class Kube:
                     query_params=query,
                     header_params={"Accept": "application/json"},
                     auth_settings=["BearerToken"],
+=======
+                response = await self._list(
+                    res,
+                    namespace,
+                    **selecting,
+                    watch=True,
+                    allow_watch_bookmarks=True,
+                    resource_version=resource_version,
+                    timeout_seconds=timeout_seconds,
+>>>>>>> h-groups
                     _preload_content=False,
                     _request_timeout=aiohttp.ClientTimeout(
                         sock_connect=self.timeout, sock_read=read_timeout

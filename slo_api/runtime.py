@@ -13,7 +13,7 @@ from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
 from slo_api.service import Service
-from slo_api.settings import Settings
+from slo_api.settings import Settings, namespace_list
 
 log = logging.getLogger("slo_api")
 
@@ -38,6 +38,8 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
+        self.namespaces = namespace_list(settings.watch_namespaces)
+        self.label_selector = settings.watch_label_selector
         # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
             KindWatch(
@@ -48,12 +50,21 @@ class Runtime:
                 crd_recheck_seconds=settings.crd_recheck_seconds,
                 watch_timeout_seconds=settings.watch_timeout_seconds,
                 inactivity_seconds=settings.watch_inactivity_seconds,
+                namespaces=self.namespaces,
+                label_selector=self.label_selector,
             )
             for kind in self.kinds
         ]
         self.shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         metrics.watch_kind_states(self.kind_states)
+
+    def scope(self) -> dict[str, list[str] | str | None]:
+        """What is watched: the namespaces (None: all) and the label selector (None: none)."""
+        return {
+            "namespaces": list(self.namespaces) if self.namespaces else None,
+            "labelSelector": self.label_selector or None,
+        }
 
     def kind_states(self) -> list[KindState]:
         return [i.state() for i in self.informers]
@@ -70,6 +81,11 @@ class Runtime:
         return None
 
     def start(self) -> None:
+        log.info(
+            "watching %s%s",
+            f"namespaces {', '.join(self.namespaces)}" if self.namespaces else "every namespace",
+            f", CRs selected by {self.label_selector}" if self.label_selector else "",
+        )
         self._tasks = [
             asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
         ]

@@ -15,9 +15,37 @@ SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Label selectors as the API server parses them (k8s.io/apimachinery labels.Parse).
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = rf"(?:{_DNS_SUBDOMAIN.pattern}/)?{_LABEL_NAME}"
+_LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
+_REQUIREMENT = re.compile(
+    rf"\s*(?:!\s*{_LABEL_KEY}"
+    rf"|{_LABEL_KEY}\s*(?:==?|!=)\s*{_LABEL_VALUE}"
+    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_NAME}(?:\s*,\s*{_LABEL_VALUE})*\s*\)"
+    rf"|{_LABEL_KEY}\s*[<>]\s*-?\d+"
+    rf"|{_LABEL_KEY})\s*"
+)
+
+
 def group_list(value: str) -> tuple[str, ...]:
     """The API groups a `*_GROUP` setting names, most preferred first."""
     return tuple(g.strip() for g in value.split(","))
+
+
+def namespace_list(value: str) -> tuple[str, ...]:
+    """The namespaces `WATCH_NAMESPACES` names; empty for every namespace."""
+    return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
+
+
+def _selector_problem(selector: str) -> str | None:
+    """Why the API server would refuse a label selector, or None."""
+    # Commas separate requirements, except inside the parentheses of `in` and `notin`.
+    for requirement in re.split(r",(?![^(]*\))", selector):
+        if not _REQUIREMENT.fullmatch(requirement):
+            return f"{requirement.strip()!r} is not a label selector requirement"
+    return None
 
 
 class Settings(BaseSettings):
@@ -54,6 +82,14 @@ class Settings(BaseSettings):
     pool_version: str = "v1alpha1"
     pool_plural: str = "modelpools"
 
+    watch_namespaces: str = Field(
+        "",
+        description="Namespaces to watch, comma-separated; empty: every namespace. Routes "
+        "elsewhere are not served, and namespaced Roles are enough.",
+    )
+    watch_label_selector: str = Field(
+        "", description="A label selector: only CRs it selects are indexed; empty: every CR."
+    )
     crd_recheck_seconds: float = Field(
         60, gt=0, description="How often discovery is asked which groups serve each kind."
     )
@@ -90,6 +126,32 @@ class Settings(BaseSettings):
         if twice:
             raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
         return ",".join(groups)
+
+    @field_validator("watch_namespaces")
+    @classmethod
+    def _namespaces(cls, value: str) -> str:
+        namespaces = namespace_list(value)
+        for namespace in namespaces:
+            if not namespace:
+                raise ValueError(
+                    f"{value!r} has an empty namespace: list namespaces separated by commas, "
+                    "or leave it empty to watch every namespace"
+                )
+            if not _DNS_LABEL.fullmatch(namespace):
+                raise ValueError(f"{namespace!r} is not a namespace name")
+        twice = sorted({n for n in namespaces if namespaces.count(n) > 1})
+        if twice:
+            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
+        return ",".join(namespaces)
+
+    @field_validator("watch_label_selector")
+    @classmethod
+    def _label_selector(cls, value: str) -> str:
+        value = value.strip()
+        problem = _selector_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _needs_a_token(self) -> Settings:

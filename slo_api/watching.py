@@ -66,7 +66,8 @@ class _CrdGone(Exception):
 
 
 class Informer:
-    """The kind's CRs under one API group (`resource`; the kind's preferred one by default)."""
+    """The kind's CRs under one API group (`resource`; the kind's preferred one by default),
+    in one namespace or all of them, those a label selector selects or all of them."""
 
     def __init__(
         self,
@@ -79,12 +80,16 @@ class Informer:
         watch_timeout_seconds: int,
         inactivity_seconds: float,
         resource: Resource | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
         on_synced: Callable[[], None] | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
         self.resource = resource or kind.resource
         self.group = self.resource.group
+        self.namespace = namespace
+        self.label_selector = label_selector
         # Called after each list, and each time the CRD is found absent.
         self.on_synced = on_synced or (lambda: None)
         self.index = index
@@ -101,7 +106,9 @@ class Informer:
         self._page_next = False
         self._plural = self.resource.plural
         # How logs name what this loop watches: `plural.group`, as kubectl does.
-        self._name = f"{self.resource.plural}.{self.group}"
+        self._name = f"{self.resource.plural}.{self.group}" + (
+            f" in {namespace}" if namespace else ""
+        )
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -140,7 +147,7 @@ class Informer:
                 await asyncio.sleep(delay)
 
     def _absent(self) -> None:
-        self.index.clear(self._plural, self.group)
+        self.index.clear(self._plural, self.group, self.namespace)
         self.present = False
         self.synced = True
         self.on_synced()
@@ -204,7 +211,12 @@ class Informer:
         continue_: str | None = None
         while True:
             try:
-                page = await self.kube.list(self.resource, continue_=continue_)
+                page = await self.kube.list(
+                    self.resource,
+                    continue_=continue_,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
+                )
             except KubeError as exc:
                 if exc.status == 410 and continue_:
                     items, continue_ = [], None  # the continue token expired: start over
@@ -219,12 +231,16 @@ class Informer:
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
+<<<<<<< HEAD
         return self._listed(items, str(meta.get("resourceVersion") or ""))
 
     def _listed(self, items: list[Entry], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
         self.index.replace(self._plural, items, self.group)
+=======
+        self.index.replace(self._plural, items, self.group, self.namespace)
+>>>>>>> h-groups
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
             log.info("%s: listed %d objects", self._name, len(items))
@@ -245,6 +261,8 @@ class Informer:
                     resource_version=resource_version,
                     timeout_seconds=timeout,
                     read_timeout=self.inactivity_seconds,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
                 ):
                     events += 1
                     resource_version = self._apply(event) or resource_version
@@ -277,7 +295,8 @@ class Informer:
                 if exc.status in (401, 403):
                     log.error(
                         "RBAC: the API server refused slo-api's watch of %s (%s); check its "
-                        "ClusterRole grants get, list, watch and patch",
+                        "ClusterRole (or with WATCH_NAMESPACES, its Role in the namespace) "
+                        "grants get, list, watch and patch",
                         self._name,
                         exc,
                     )

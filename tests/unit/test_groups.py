@@ -31,6 +31,7 @@ from slo_api.settings import Settings, group_list
 Obj = dict[str, Any]
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
 PLURAL = "llmslorequirements"
+GONE: Obj = {"type": "the CRD was deleted"}
 
 
 def cr(group: str, name: str, route: str | None = None, rv: int = 1) -> Obj:
@@ -57,14 +58,18 @@ class GroupsKube(Kube):
         self.discovery_error: KubeError | None = None
         self.discovery_calls = 0
         self.events: dict[str, asyncio.Queue[Obj]] = {}
+        self.watching: dict[str, int] = {}  # open watches per group
 
     def serve(self, group: str, *objs: Obj) -> None:
         self.served_plurals[group] = {PLURAL}
         self.objects[group] = list(objs)
 
     def unserve(self, group: str) -> None:
+        """The group's CRD deleted: gone from discovery and lists, and its watches end."""
         self.served_plurals.pop(group, None)
         self.objects.pop(group, None)
+        for _ in range(self.watching.get(group, 0)):
+            self.push(group, GONE)
 
     def push(self, group: str, event: Obj) -> None:
         self.events.setdefault(group, asyncio.Queue()).put_nowait(event)
@@ -92,8 +97,15 @@ class GroupsKube(Kube):
             yield {"type": "BOOKMARK", "object": {"metadata": {"annotations": end}}}
             return
         queue = self.events.setdefault(res.group, asyncio.Queue())
-        while True:
-            yield await queue.get()
+        self.watching[res.group] = self.watching.get(res.group, 0) + 1
+        try:
+            while True:
+                event = await queue.get()
+                if event is GONE:
+                    raise KubeError(404, message="404 page not found")
+                yield event
+        finally:
+            self.watching[res.group] -= 1
 
 
 def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWatch:
@@ -117,6 +129,14 @@ async def until(check: Callable[[], bool], what: str = "condition") -> None:
     raise AssertionError(f"never: {what}")
 
 
+async def deleted(watch: KindWatch, group: str) -> None:
+    """Wait until the group's informers found its CRD gone (their watches ended with 404)."""
+    await until(
+        lambda: not any(i.present for (g, _), i in watch.informers.items() if g == group),
+        f"{group} found absent",
+    )
+
+
 def routes(watch: KindWatch) -> dict[str, str]:
     """Route -> the group of the copy shown."""
     return {r: group_of(watch.index.claims(r)[0][1]) for r in watch.index.routes()}
@@ -128,7 +148,7 @@ async def kube() -> GroupsKube:
 
 
 async def stop(watch: KindWatch) -> None:
-    await watch._stop(list(watch._tasks))
+    await watch._stop(watch.kind.groups)
 
 
 # -- discovery -------------------------------------------------------------------------------
@@ -201,8 +221,9 @@ async def test_a_group_that_goes_away_empties_what_came_from_it(kube: GroupsKube
         assert routes(watch) == {"both": NEW, "new-only": NEW, "old-only": OLD}
 
         kube.unserve(OLD)
+        await deleted(watch, OLD)
         await watch.discover()
-        assert set(watch._tasks) == {NEW}
+        assert set(watch._tasks) == {(NEW, None)}
         assert routes(watch) == {"both": NEW, "new-only": NEW}
         assert watch.state().leftovers == {}
 
@@ -211,9 +232,32 @@ async def test_a_group_that_goes_away_empties_what_came_from_it(kube: GroupsKube
         await watch.discover()
         await until(lambda: "old-only" in routes(watch), "the old group again")
         kube.unserve(NEW)
+        await deleted(watch, NEW)
         await watch.discover()
         assert routes(watch) == {"both": OLD, "old-only": OLD}
         assert watch.state().served == (OLD,)
+    finally:
+        await stop(watch)
+
+
+async def test_a_group_discovery_misses_is_kept_while_its_lists_still_work(
+    kube: GroupsKube,
+) -> None:
+    kube.serve(NEW, cr(NEW, "a"))
+    watch = make_watch(kube)
+    await watch.discover()
+    try:
+        await until(lambda: watch.synced, "synced")
+        # Discovery lags behind (an API server just restarted): the group looks gone, but
+        # nothing ended its watch, so its routes stay.
+        del kube.served_plurals[NEW]
+        await watch.discover()
+        assert routes(watch) == {"a": NEW}
+        assert set(watch._tasks) == {(NEW, None)}
+        assert watch.state().served == ()
+        assert watch.state().watched == (NEW,)
+        kube.push(NEW, {"type": "ADDED", "object": cr(NEW, "b", rv=101)})
+        await until(lambda: "b" in routes(watch), "an event after the miss")
     finally:
         await stop(watch)
 
@@ -265,6 +309,7 @@ async def test_the_groups_are_logged_once_synced_and_when_they_change(
         )
         assert any("a migration" in r.getMessage() for r in caplog.records)
         kube.unserve(OLD)
+        await deleted(watch, OLD)
         await watch.discover()
         assert (
             caplog.records[-1]
@@ -302,6 +347,7 @@ async def test_metrics_say_per_group_what_is_served_watched_and_left_over(
         assert value("slo_api_index_objects", kind="llm") == 1  # the kind's gauges stay
         assert value("slo_api_kind_present", kind="llm") == 1
         kube.unserve(OLD)
+        await deleted(watch, OLD)
         await watch.discover()
         assert value("slo_api_group_served", kind="llm", group=OLD) == 0
         assert value("slo_api_group_leftovers", kind="llm", group=OLD) == 0

@@ -125,6 +125,7 @@ class FakeKube(Kube):
         self.pages: list[Obj | BaseException] = []
         self.watches: list[list[Step]] = []
         self.list_calls: list[str | None] = []
+        self.scopes: list[tuple[str, str | None, str]] = []  # (call, namespace, selector)
         self.watch_calls: list[str] = []
         self.watch_kwargs: list[Obj] = []
         # Streamed lists (sendInitialEvents); None: the API server refuses them, as one
@@ -144,8 +145,11 @@ class FakeKube(Kube):
         limit: int = 500,
         continue_: str | None = None,
         resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> Obj:
         self.list_calls.append(continue_)
+        self.scopes.append(("list", namespace, label_selector))
         if not self.pages:
             await self._hang()
         result = self.pages.pop(0)
@@ -160,6 +164,7 @@ class FakeKube(Kube):
         resource_version: str,
         timeout_seconds: int,
         read_timeout: float,
+<<<<<<< HEAD
         initial_events: bool = False,
     ) -> AsyncGenerator[Obj, None]:
         if initial_events:
@@ -173,8 +178,14 @@ class FakeKube(Kube):
                     raise step
                 yield step  # type: ignore[misc]
             return
+=======
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> AsyncIterator[Obj]:
+>>>>>>> h-groups
         self.watch_calls.append(resource_version)
         self.watch_kwargs.append({"timeout_seconds": timeout_seconds, "read_timeout": read_timeout})
+        self.scopes.append(("watch", namespace, label_selector))
         if not self.watches:
             await self._hang()
         for step in self.watches.pop(0):
@@ -303,6 +314,29 @@ async def test_lists_then_watches_from_the_last_resource_version(
         assert kwargs["read_timeout"] == 90
     assert loop.informer.synced
     assert loop.informer.present
+
+
+async def test_a_scoped_informer_lists_and_watches_one_namespace_by_label(
+    clock: Clock, kube: FakeKube
+) -> None:
+    kube.pages = [page([cr("a", 5)], "10")]
+    kube.watches = [[event("ADDED", cr("b", 11))]]
+    loop = make_loop(kube)
+    loop.informer.namespace, loop.informer.label_selector = "ns", "tier=prod"
+    # Held from another namespace's watch of the same group (and one held in "ns", which the
+    # list does not return, so it goes).
+    elsewhere, stale = cr("elsewhere", 1), cr("stale", 1)
+    elsewhere["metadata"]["namespace"] = "other"
+    for obj in (elsewhere, stale):
+        loop.index.upsert("llmslorequirements", obj, GROUP)
+    await run_until_idle(loop, kube)
+    assert kube.scopes == [
+        ("list", "ns", "tier=prod"),
+        ("watch", "ns", "tier=prod"),
+        ("watch", "ns", "tier=prod"),
+    ]
+    # The list replaced what was held in its namespace only.
+    assert loop.names() == ["a", "b", "elsewhere"]
 
 
 async def test_a_watch_that_ends_at_once_with_no_events_is_a_failure(
