@@ -303,29 +303,10 @@ class CRIndex:
         self._settle()
         return True
 
-<<<<<<< HEAD
-    def replace(self, plural: str, objs: Iterable[Obj | Entry], group: str | None = None) -> None:
-        """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
-
-        Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
-        group of its apiVersion. Other kinds, and the kind's other groups, are untouched.
-        `objs` may be entries made by `entry()` (a list builds them page by page).
-        """
-        changes: dict[Name, dict[str, Entry | None]] = {}
-        for item in objs:
-            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
-            changes.setdefault(entry.name, {})[entry.group] = entry
-        for name, held in self._held_all(plural):
-            for g in held:
-                if (group is None or g == group) and g not in changes.get(name, {}):
-                    changes.setdefault(name, {})[g] = None
-        for name, change in changes.items():
-            self._change(plural, name, change)
-=======
     def replace(
         self,
         plural: str,
-        objs: Iterable[Obj],
+        objs: Iterable[Obj | Entry],
         group: str | None = None,
         namespace: str | None = None,
     ) -> None:
@@ -334,27 +315,21 @@ class CRIndex:
         Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
         group of its apiVersion. With a namespace, only the copies in that namespace are
         replaced (a relist of one watched namespace). Other kinds, and the kind's other groups
-        and namespaces, are untouched.
+        and namespaces, are untouched. `objs` may be entries made by `entry()` (a list builds
+        them as it reads).
         """
-        fresh: dict[tuple[Name, str], Obj] = {}
-        for obj in objs:
-            fresh[(_name(obj), group_of(obj) if group is None else group)] = slim(obj)
-        held = self._copies[plural]
-        gone = [
-            (name, g)
-            for name, copies in held.items()
-            for g in copies
-            if (group is None or g == group)
-            and (namespace is None or name[0] == namespace)
-            and (name, g) not in fresh
-        ]
-        for name, g in gone:
-            self._drop_copy(plural, name, g)
-        for (name, g), obj in fresh.items():
-            self._put_copy(plural, name, g, obj)
-        for name in {name for name, _ in gone} | {name for name, _ in fresh}:
-            self._show(plural, name)
->>>>>>> h-groups
+        changes: dict[Name, dict[str, Entry | None]] = {}
+        for item in objs:
+            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
+            changes.setdefault(entry.name, {})[entry.group] = entry
+        for name, held in self._held_all(plural):
+            if namespace is not None and name[0] != namespace:
+                continue
+            for g in held:
+                if (group is None or g == group) and g not in changes.get(name, {}):
+                    changes.setdefault(name, {})[g] = None
+        for name, change in changes.items():
+            self._change(plural, name, change)
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 

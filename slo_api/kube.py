@@ -285,14 +285,10 @@ class Kube:
         resource_version: str,
         timeout_seconds: int,
         read_timeout: float,
-<<<<<<< HEAD
         initial_events: bool = False,
-    ) -> AsyncGenerator[Obj, None]:
-=======
         namespace: str | None = None,
         label_selector: str = "",
-    ) -> AsyncIterator[Obj]:
->>>>>>> h-groups
+    ) -> AsyncGenerator[Obj, None]:
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
@@ -310,31 +306,22 @@ class Kube:
             query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
         if resource_version or not initial_events:
             query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        scope = f"/namespaces/{namespace}" if namespace is not None else ""
         started = time.monotonic()
-        selecting: Obj = {"label_selector": label_selector} if label_selector else {}
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
             # that races with the response, and the watch loop then outlives its shutdown.
             async with asyncio.timeout(self.timeout):
-<<<<<<< HEAD
                 # The client's own request layer: the generated list method knows no
                 # sendInitialEvents.
                 response = await self._api_client.call_api(
-                    f"/apis/{res.group}/{res.version}/{res.plural}",
+                    f"/apis/{res.group}/{res.version}{scope}/{res.plural}",
                     "GET",
                     query_params=query,
                     header_params={"Accept": "application/json"},
                     auth_settings=["BearerToken"],
-=======
-                response = await self._list(
-                    res,
-                    namespace,
-                    **selecting,
-                    watch=True,
-                    allow_watch_bookmarks=True,
-                    resource_version=resource_version,
-                    timeout_seconds=timeout_seconds,
->>>>>>> h-groups
                     _preload_content=False,
                     _request_timeout=aiohttp.ClientTimeout(
                         sock_connect=self.timeout, sock_read=read_timeout

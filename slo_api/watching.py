@@ -191,6 +191,8 @@ class Informer:
             timeout_seconds=timeout,
             read_timeout=self.inactivity_seconds,
             initial_events=True,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
         )
         async with contextlib.aclosing(events):
             async for event in events:
@@ -231,16 +233,12 @@ class Informer:
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
-<<<<<<< HEAD
         return self._listed(items, str(meta.get("resourceVersion") or ""))
 
     def _listed(self, items: list[Entry], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
-        self.index.replace(self._plural, items, self.group)
-=======
         self.index.replace(self._plural, items, self.group, self.namespace)
->>>>>>> h-groups
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
             log.info("%s: listed %d objects", self._name, len(items))

@@ -48,15 +48,11 @@ async def readyz(rt: RuntimeDep) -> Response:
         for state in rt.kind_states()
     }
     reason = rt.not_ready_reason()
-<<<<<<< HEAD
-    body: dict[str, object] = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
-=======
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if reason is None else "not_ready",
         "kinds": kinds,
         "scope": rt.scope(),
     }
->>>>>>> h-groups
     if reason is not None:
         body["reason"] = reason
     if rt.tokens.has_file():

@@ -64,16 +64,16 @@ class RunningService:
     async def watches_held(self) -> AsyncIterator[None]:
         """The index stops following the API server, as while a watch backs off after an
         outage (what it holds stays); the watches start again (relisting) afterwards."""
-        held = [(watch, group) for watch in self.runtime.informers for group in watch._tasks]
-        tasks = [watch._tasks[group] for watch, group in held]
+        held = [(watch, key) for watch in self.runtime.informers for key in watch._tasks]
+        tasks = [watch._tasks[key] for watch, key in held]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         try:
             yield
         finally:
-            for watch, group in held:
-                watch._start(group)
+            for watch, key in held:
+                watch._start(*key)
             await self.eventually(self.runtime.ready, what="readiness")
 
 

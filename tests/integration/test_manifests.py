@@ -37,21 +37,16 @@ PORT = 8080
 # Kept beside the manifests but never applied by `kubectl apply -k`: applying the example
 # Secret would overwrite the real token with a published placeholder.
 NOT_APPLIED = {Path("manager/secret.example.yaml")}
-<<<<<<< HEAD
-# Directories the top-level kustomization leaves out on purpose (sample CRs are for deployers).
-NOT_INSTALLED = {Path("samples")}
+# Directories the top-level kustomization leaves out on purpose (sample CRs are for deployers;
+# overlays are applied instead of config/, not with it).
+NOT_INSTALLED = {Path("samples"), Path("overlays")}
+NAMESPACED = CONFIG / "overlays" / "namespaced"
 # Optional kustomize Components a deployer adds from an overlay, never from config/ itself.
 OPTIONAL_COMPONENTS = {Path("monitoring")}
 # Objects of CRDs the test control plane does not serve (the Prometheus Operator's PrometheusRule
 # and ServiceMonitor): the API server cannot dry-run them, so test_alerts.py checks them with
 # promtool and against the Service instead.
 NOT_DRY_RUN = {Path("monitoring")}
-=======
-# Directories the top-level kustomization leaves out on purpose (sample CRs are for deployers;
-# overlays are applied instead of config/, not with it).
-NOT_INSTALLED = {Path("samples"), Path("overlays")}
-NAMESPACED = CONFIG / "overlays" / "namespaced"
->>>>>>> h-groups
 # What `kubectl apply -k config/` must install, at the least.
 INSTALLED = {Path("crd"), Path("rbac"), Path("manager")}
 

@@ -87,10 +87,17 @@ class GroupsKube(Kube):
         return {"items": items, "metadata": {"resourceVersion": "100"}}
 
     async def watch(
-        self, res: Resource, *, initial_events: bool = False, **_: Any
+        self,
+        res: Resource,
+        *,
+        initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
+        **_: Any,
     ) -> AsyncGenerator[Obj, None]:
         if initial_events:
-            listed = await self.list(res)
+            # A list streamed as the watch's initial events: the same CRs a list answers.
+            listed = await self.list(res, namespace=namespace, label_selector=label_selector)
             for obj in listed["items"]:
                 yield {"type": "ADDED", "object": obj}
             end = {"k8s.io/initial-events-end": "true"}

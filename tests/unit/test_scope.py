@@ -54,9 +54,12 @@ def names(watch: Any) -> set[tuple[str, str]]:
 
 
 def test_no_namespaces_means_every_namespace() -> None:
-    assert namespace_list(Settings(slo_api_token="x").watch_namespaces) == ()
-    assert namespace_list(Settings(slo_api_token="x", watch_namespaces=" ").watch_namespaces) == ()
-    settings = Settings(slo_api_token="x", watch_namespaces=" team-a , team-b")
+    assert namespace_list(Settings(slo_api_token="x" * 16).watch_namespaces) == ()
+    assert (
+        namespace_list(Settings(slo_api_token="x" * 16, watch_namespaces=" ").watch_namespaces)
+        == ()
+    )
+    settings = Settings(slo_api_token="x" * 16, watch_namespaces=" team-a , team-b")
     assert namespace_list(settings.watch_namespaces) == ("team-a", "team-b")
 
 
@@ -73,7 +76,7 @@ def test_no_namespaces_means_every_namespace() -> None:
 )
 def test_bad_namespace_lists_are_refused_with_the_reason(value: str, says: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        Settings(slo_api_token="x", watch_namespaces=value)
+        Settings(slo_api_token="x" * 16, watch_namespaces=value)
     assert says in str(caught.value)
 
 
@@ -91,7 +94,7 @@ def test_bad_namespace_lists_are_refused_with_the_reason(value: str, says: str) 
     ],
 )
 def test_label_selectors_the_api_server_accepts_are_accepted(selector: str) -> None:
-    assert Settings(slo_api_token="x", watch_label_selector=selector).watch_label_selector
+    assert Settings(slo_api_token="x" * 16, watch_label_selector=selector).watch_label_selector
 
 
 @pytest.mark.parametrize(
@@ -99,7 +102,7 @@ def test_label_selectors_the_api_server_accepts_are_accepted(selector: str) -> N
 )
 def test_bad_label_selectors_are_refused(selector: str) -> None:
     with pytest.raises(ValidationError) as caught:
-        Settings(slo_api_token="x", watch_label_selector=selector)
+        Settings(slo_api_token="x" * 16, watch_label_selector=selector)
     assert "is not a label selector requirement" in str(caught.value)
 
 

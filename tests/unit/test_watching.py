@@ -164,8 +164,9 @@ class FakeKube(Kube):
         resource_version: str,
         timeout_seconds: int,
         read_timeout: float,
-<<<<<<< HEAD
         initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> AsyncGenerator[Obj, None]:
         if initial_events:
             self.stream_calls += 1
@@ -178,11 +179,6 @@ class FakeKube(Kube):
                     raise step
                 yield step  # type: ignore[misc]
             return
-=======
-        namespace: str | None = None,
-        label_selector: str = "",
-    ) -> AsyncIterator[Obj]:
->>>>>>> h-groups
         self.watch_calls.append(resource_version)
         self.watch_kwargs.append({"timeout_seconds": timeout_seconds, "read_timeout": read_timeout})
         self.scopes.append(("watch", namespace, label_selector))
