@@ -86,7 +86,9 @@ async def _create(cluster: Cluster, start: int, stop: int, concurrency: int) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--routes", default="10000,50000", help="index sizes, comma-separated")
+    parser.add_argument(
+        "--routes", default="10000,50000,100000", help="index sizes, comma-separated"
+    )
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one timed run")
     parser.add_argument("--sync-reps", type=int, default=3)
@@ -120,8 +122,9 @@ def main() -> int:
             headers={"Authorization": f"Bearer {sa_token}"},
             timeout=120,
         )
-        log("empty index: process start and memory")
+        log("empty index: process start and memory, and what each library costs")
         results["empty"] = scenarios.initial_sync(kubeconfig, workdir, api, 0, args.sync_reps)
+        results["libraries"] = scenarios.library_costs()
         results["sizes"] = {}
         created = 0
         for size in sizes:

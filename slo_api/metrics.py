@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -135,6 +135,11 @@ class Metrics:
             "slo_api_writes_total",
             "PUT and DELETE outcomes (the HTTP status, or dry_run)",
             ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.index_bytes = Gauge(
+            "slo_api_index_estimated_bytes",
+            "Estimated memory held by the index: the encoded CRs plus a measured cost per CR",
             registry=self.registry,
         )
 

@@ -58,6 +58,7 @@ class Runtime:
         self.shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         metrics.watch_kind_states(self.kind_states)
+        metrics.index_bytes.set_function(self.index.estimated_bytes)
 
     def scope(self) -> dict[str, list[str] | str | None]:
         """What is watched: the namespaces (None: all) and the label selector (None: none)."""

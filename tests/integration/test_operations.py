@@ -131,6 +131,10 @@ async def test_metrics_move_with_requests_and_watch_events(
     written = (await service.client.get("/metrics")).text
     assert sample(written, "slo_api_writes_total", kind="llm", outcome="200") >= 1
     assert sample(after, "slo_api_index_objects", kind="llm") >= 1
+    # The index's size estimate follows what it holds: at least the encoded CRs.
+    assert sample(after, "slo_api_index_estimated_bytes") >= 400 * sample(
+        after, "slo_api_index_objects", kind="llm"
+    )
     assert route not in after
     assert TOKEN not in after
 

@@ -445,6 +445,10 @@ async def test_a_silent_connection_is_reconnected_without_a_relist(
 ) -> None:
     ns = own_namespace
     async with running(gated_kubeconfig, watch_inactivity_seconds=2) as service:
+        # Ready means listed; an event after that proves the watch itself is open, so the
+        # black hole below catches it (and not a watch still being opened).
+        own_admin.create(crs.llm(ns, "early", service_id=f"{ns}-early"))
+        await service.eventually(lambda: service.indexed(f"{ns}-early"), what="the watch open")
         relists_before = relists(service, "llm")
         gate.black_hole()  # slo-api's open watches go quiet and never close
         own_admin.create(crs.llm(ns, "late", service_id=f"{ns}-late"))
