@@ -8,6 +8,7 @@ so no locks: each method leaves the index consistent before it returns.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,9 @@ from typing import Any
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
+Listener = Callable[[set[str]], None]
+
+log = logging.getLogger("slo_api.index")
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,14 @@ class CRIndex:
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
+        # Routes whose rendered values were dropped since listeners were last told.
+        self._changed: set[str] = set()
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener(routes)` after each change with the routes whose derived values
+        (their /config lines) may have changed: exactly those whose cached renders it drops."""
+        self._listeners.append(listener)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -214,6 +226,18 @@ class CRIndex:
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
             cache.pop(route, None)
+        self._changed.add(route)
+
+    def _publish(self) -> None:
+        if not self._changed:
+            return
+        changed, self._changed = self._changed, set()
+        for listener in self._listeners:
+            try:
+                listener(changed)
+            except Exception:
+                # A listener's bug must not leave the index half-updated for everyone else.
+                log.exception("index listener failed")
 
     def _link(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
         route = kind.route_of(obj)
@@ -245,6 +269,11 @@ class CRIndex:
                         del self._members[(key[1], member)]
 
     def _settle(self) -> None:
+        """Bring the sorted route lists up to date, then tell the listeners what changed."""
+        self._sort_touched()
+        self._publish()
+
+    def _sort_touched(self) -> None:
         """Bring the sorted route lists in line with the claims of every touched route.
 
         A route is listed while any CR claims it, and under a kind while a CR of that kind

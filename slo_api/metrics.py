@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -96,6 +96,23 @@ class Metrics:
             "slo_api_writes_total",
             "PUT and DELETE outcomes (the HTTP status, or dry_run)",
             ["kind", "outcome"],
+            registry=self.registry,
+        )
+
+        self.watchers = Gauge(
+            "slo_api_change_streams_open",
+            "Open GET /config?watch=true streams",
+            registry=self.registry,
+        )
+        self.stream_events = Counter(
+            "slo_api_change_stream_events_total",
+            "Events written to change streams (bookmarks included)",
+            registry=self.registry,
+        )
+        self.watchers_dropped = Counter(
+            "slo_api_change_streams_dropped_total",
+            "Change streams ended by the server (slow: fell too far behind)",
+            ["reason"],
             registry=self.registry,
         )
 

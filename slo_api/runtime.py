@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from slo_api.auth import TokenStore
+from slo_api.feed import Feed
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
@@ -38,6 +39,15 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
+        # Before the informers, so it hears every change they make.
+        self.feed = Feed(
+            self.service,
+            metrics,
+            history=settings.watch_history_events,
+            queue=settings.watch_queue_events,
+            max_watchers=settings.max_watchers,
+            bookmark_seconds=settings.watch_bookmark_seconds,
+        )
         self.informers = [
             Informer(
                 kube,
@@ -52,6 +62,7 @@ class Runtime:
         ]
         self.shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
 
     def kind_states(self) -> list[tuple[str, bool, bool, int, float | None]]:
@@ -78,12 +89,21 @@ class Runtime:
         return None
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.feed.start()
         self._tasks = [
             asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
         ]
 
+    def end_streams(self) -> None:
+        """End every change stream cleanly; callable from any thread (a signal handler's)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.feed.close_all)
+
     async def stop(self) -> None:
         self.shutting_down = True
+        await self.feed.stop()
         pending = set(self._tasks)
         for task in pending:
             task.cancel()
