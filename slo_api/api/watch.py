@@ -64,11 +64,15 @@ class WatchResponse(Response):
     """
 
     def __init__(self, feed: Feed, watcher: Watcher) -> None:
-        super().__init__(
-            status_code=200,
-            media_type=SSE if watcher.sse else NDJSON,
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        # Not Response.__init__: that would declare a Content-Length for an empty body.
+        self.status_code = 200
+        self.media_type = SSE if watcher.sse else NDJSON
+        self.raw_headers = [
+            (b"content-type", (self.media_type + "; charset=utf-8").encode()),
+            (b"cache-control", b"no-cache"),
+            # Proxies that buffer responses (nginx) would hold the events back.
+            (b"x-accel-buffering", b"no"),
+        ]
         self.feed = feed
         self.watcher = watcher
         self.background: BackgroundTask | None = None
