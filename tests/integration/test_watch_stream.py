@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from tests.integration import crs
 from tests.integration.process import TOKEN as PROCESS_TOKEN
 from tests.integration.process import start_process
 from tests.integration.service import AUTH, RunningService, running
+from tests.integration.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -422,3 +425,61 @@ async def test_sigterm_ends_every_stream_cleanly_and_the_process_exits(
     finally:
         if process.proc.poll() is None:
             process.proc.kill()
+
+
+async def test_sloctl_watch_resumes_after_a_dropped_connection_without_missing_or_repeating(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path
+) -> None:
+    route = f"ctl-{namespace}"
+    admin.create(crs.llm(namespace, "ctl", service_id=route, priority=1))
+    async with served(slo_api_kubeconfig) as (_, client):
+        proxy = await TcpProxy("127.0.0.1", client.base_url.port or 80).start()
+        env = {
+            **os.environ,
+            "SLO_API_URL": f"http://127.0.0.1:{proxy.port}",
+            "SLO_API_TOKEN": AUTH["Authorization"].split()[1],
+        }
+        sloctl = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "slo_api.cli",
+            "watch",
+            "--kind",
+            "llm",
+            "-o",
+            "json",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert sloctl.stdout is not None
+        assert sloctl.stderr is not None
+
+        async def next_of_route() -> Obj:
+            assert sloctl.stdout is not None
+            async with asyncio.timeout(WITHIN):
+                while True:
+                    event: Obj = json.loads(await sloctl.stdout.readline())
+                    if event["route"] == route:
+                        return event
+
+        try:
+            assert (await next_of_route())["object"]["priority"] == 1
+            await asyncio.to_thread(
+                admin.merge_patch, *LLM, namespace, "ctl", {"spec": {"priority": 2}}
+            )
+            assert (await next_of_route())["object"]["priority"] == 2
+            proxy.cut()  # the connection drops; the change below happens while it is down
+            await asyncio.to_thread(
+                admin.merge_patch, *LLM, namespace, "ctl", {"spec": {"priority": 3}}
+            )
+            resumed = await next_of_route()
+            assert (resumed["type"], resumed["object"]["priority"]) == ("MODIFIED", 3)
+            async with asyncio.timeout(WITHIN):
+                assert "resuming" in (await sloctl.stderr.readline()).decode()
+            await asyncio.to_thread(admin.delete, *LLM, namespace, "ctl")
+            assert (await next_of_route())["type"] == "DELETED"
+        finally:
+            sloctl.terminate()
+            await sloctl.wait()
+            await proxy.stop()
