@@ -30,6 +30,7 @@ log = logging.getLogger("slo_api.feed")
 VIEWS = ("summary", "full")
 INITIAL_CHUNK = 512  # ADDED lines per write of the initial state
 BATCH = 1024  # most changes taken from the history per write
+FLUSH_SECONDS = 0.05  # changes are sent at most this long after they happen, together
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
 Visible = Callable[[str, str], Awaitable[bool]]
@@ -117,6 +118,7 @@ class Feed:
         queue: int,
         max_watchers: int,
         bookmark_seconds: float,
+        flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
         self.service = service
         self.index = service.index
@@ -125,6 +127,7 @@ class Feed:
         self.queue = queue
         self.max_watchers = max_watchers
         self.bookmark_seconds = bookmark_seconds
+        self.flush_seconds = flush_seconds
         self.epoch = secrets.token_hex(4)
         self.watchers: set[Watcher] = set()
         self.closing = False
@@ -138,6 +141,9 @@ class Feed:
         self._owners: dict[str, Owners] = {}
         self._bookmark_round = 0
         self._wake: asyncio.Future[None] | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
+        # Encoded batches by (first, last sequence, view, kind, sse), for the current head.
+        self._chunks: dict[tuple[int, int, str, str | None, bool], tuple[bytes, int]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self.index.subscribe(self._changed)
 
@@ -208,8 +214,9 @@ class Feed:
                 self._append(view, route, before, after, old_owners, owners)
                 appended = True
         if appended:
+            self._chunks.clear()
             self._drop_slow()
-            self._wake_all()
+            self._wake_soon()
 
     def _append(
         self,
@@ -244,7 +251,21 @@ class Feed:
         if watcher.task is not None:
             watcher.task.cancel()
 
+    def _wake_soon(self) -> None:
+        """Wake the watchers after `flush_seconds`: the changes of a burst go out together, so
+        a thousand streams cost a thousand writes per flush, not per change."""
+        if self.flush_seconds <= 0:
+            self._wake_all()
+        elif self._wake_timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # changed outside the loop (a test): nobody can be waiting
+                self._wake_all()
+                return
+            self._wake_timer = loop.call_later(self.flush_seconds, self._wake_all)
+
     def _wake_all(self) -> None:
+        self._wake_timer = None
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
         self._wake = None
@@ -366,39 +387,52 @@ class Feed:
         offset = start - self._base
         batch = self._history[offset : offset + BATCH]
         watcher.cursor = batch[-1].seq
+        if watcher.visible is None:
+            # Watchers that are level with each other get the same bytes: encoded once.
+            key = (start, watcher.cursor, watcher.view, watcher.kind, watcher.sse)
+            shared = self._chunks.get(key)
+            if shared is None:
+                shared = self._chunks[key] = self._chunk(watcher, batch)
+            chunk, count = shared
+        else:
+            lines = []
+            for change in batch:
+                if change.view == watcher.view:
+                    was = await watcher.sees(change.owners_before)
+                    now = await watcher.sees(change.owners_after)
+                    encoded = self._event(change, was, now, watcher.sse)
+                    if encoded is not None:
+                        lines.append(encoded)
+            chunk, count = b"".join(lines), len(lines)
+        if count:
+            await send(chunk, count)
+
+    def _chunk(self, watcher: Watcher, batch: list[Change]) -> tuple[bytes, int]:
+        kind, sse = watcher.kind, watcher.sse
         lines = []
         for change in batch:
-            if change.view != watcher.view:
-                continue
-            encoded = await self._event(watcher, change)
-            if encoded is not None:
-                lines.append(encoded)
-        if lines:
-            await send(b"".join(lines), len(lines))
+            if change.view == watcher.view:
+                was = _present(change.owners_before, kind)
+                now = _present(change.owners_after, kind)
+                encoded = self._event(change, was, now, sse)
+                if encoded is not None:
+                    lines.append(encoded)
+        return b"".join(lines), len(lines)
 
-    async def _event(self, watcher: Watcher, change: Change) -> bytes | None:
-        kind = watcher.kind
-        if watcher.visible is None:
-            was = _present(change.owners_before, kind)
-            now = _present(change.owners_after, kind)
-        else:
-            was = await watcher.sees(change.owners_before)
-            now = await watcher.sees(change.owners_after)
+    def _event(self, change: Change, was: bool, now: bool, sse: bool) -> bytes | None:
         if now:
             type_ = "MODIFIED" if was else "ADDED"
         elif was:
             type_ = "DELETED"
         else:
             return None
-        key = (type_, watcher.sse)
+        key = (type_, sse)
         encoded = change.encoded.get(key)
         if encoded is None:
             item = change.after if now else change.before
             assert item is not None
             revision = self.revision(change.seq).encode()
-            encoded = change.encoded[key] = self._encode(
-                type_, change.route, item, revision, watcher.sse
-            )
+            encoded = change.encoded[key] = self._encode(type_, change.route, item, revision, sse)
         return encoded
 
     def bookmark(self, watcher: Watcher, initial: bool = False) -> bytes:

@@ -22,6 +22,7 @@ def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
         "queue": 8,
         "max_watchers": 10,
         "bookmark_seconds": 3600,
+        "flush_seconds": 0,
         **overrides,
     }
     return Feed(service or make_service(), Metrics(), **options)
@@ -289,3 +290,16 @@ async def test_closing_ends_every_stream_and_refuses_new_ones() -> None:
     assert r.task.exception() is None
     with pytest.raises(Exception, match="shutting down"):
         feed.open("summary", None)
+
+
+async def test_a_burst_of_changes_goes_out_in_one_write() -> None:
+    feed = make_feed(flush_seconds=0.05)
+    index = feed.index
+    r = await reader(feed)
+    writes = len(r.raw)
+    for i in range(10):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+    await asyncio.sleep(0.2)
+    assert len(r.raw) == writes + 1
+    assert len(r.changes()) == 10
+    await r.stop()
