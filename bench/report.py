@@ -273,7 +273,9 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   server's write and watch) to the moment the last of the 1,000 streams has the change; slo-api's
   CPU is over the same window. `GET /config` throughput is measured with the changes flowing,
   rep by rep without watchers and with the 1,000 open (the watcher processes at nice 19, standing
-  in for clients on other machines; their CPU is shown).
+  in for clients on other machines; their CPU is shown). When run with `--only fanout`, these
+  two rows are measured at the time and load average their row shows, not with the rest. The
+  change rate reached is shown too: the bench's own API server, on the same two cores, caps it.
 - **Initial sync**: fresh slo-api processes, time from the first `/healthz` 200 to the first
   `/readyz` 200 (every kind listed and indexed), against a plain paged list of the same CRs
   (limit 500, as the informer pages, parsed with orjson) from the bench process.

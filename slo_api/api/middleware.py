@@ -16,6 +16,7 @@ from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.request")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+STREAM_LABEL = "slo_api.metrics_route"  # a scope key: the route label for the request metrics
 
 
 class RequestMiddleware:
@@ -55,7 +56,8 @@ class RequestMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            # A change stream lasts minutes: its own label keeps /config's latencies meaningful.
+            template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
             self.metrics.requests.labels(scope["method"], template, str(status)).inc()
             self.metrics.latency.labels(scope["method"], template).observe(elapsed)
             if template not in ("/healthz", "/readyz", "/metrics"):

@@ -10,6 +10,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from slo_api.api.middleware import STREAM_LABEL
 from slo_api.errors import ApiError
 from slo_api.feed import Closing, Expired, Feed, TooManyWatchers, Visible, Watcher
 
@@ -79,6 +80,7 @@ class WatchResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         feed, watcher = self.feed, self.watcher
+        scope[STREAM_LABEL] = "/config?watch=true"
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
 

@@ -362,7 +362,7 @@ async def test_sse_carries_the_revision_as_id_and_last_event_id_resumes(
 ) -> None:
     route = f"sse-{namespace}"
     admin.create(crs.llm(namespace, "sse", service_id=route))
-    async with served(slo_api_kubeconfig) as (_service, client):
+    async with served(slo_api_kubeconfig) as (service, client):
         sse = {"Accept": "text/event-stream"}
         async with client.stream("GET", "/config?watch=true", headers=sse) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -384,6 +384,15 @@ async def test_sse_carries_the_revision_as_id_and_last_event_id_resumes(
         assert data["type"] == "MODIFIED"
         assert data["route"] == route
         assert data["object"]["priority"] == 3
+        # Streams are counted under a label of their own, apart from /config's page latencies.
+        registry = service.runtime.metrics.registry
+        labels = {"method": "GET", "route": "/config?watch=true", "status": "200"}
+        await service.eventually(
+            lambda: registry.get_sample_value("slo_api_http_requests_total", labels) == 2,
+            what="both streams counted",
+        )
+        page = {"method": "GET", "route": "/config", "status": "200"}
+        assert registry.get_sample_value("slo_api_http_requests_total", page) is None
 
 
 async def _sse_frames(response: httpx.Response) -> AsyncIterator[tuple[str, Obj]]:
