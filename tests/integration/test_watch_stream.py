@@ -243,15 +243,14 @@ def indexed_in(service: RunningService, namespace: str) -> list[Obj]:
 async def test_a_revision_older_than_the_history_is_410(
     admin: Admin, namespace: str, slo_api_kubeconfig: Path
 ) -> None:
-    async with served(slo_api_kubeconfig, watch_history_events=16) as (_service, client):
+    async with served(slo_api_kubeconfig, watch_history_events=16) as (service, client):
         async with watch(client) as stream:
             first = (await stream.until(initial))[-1]["revision"]
-            for i in range(40):
-                route = f"old{i}-{namespace}"
-                await asyncio.to_thread(
-                    admin.create, crs.llm(namespace, f"old{i}", service_id=route)
-                )
-            await stream.until(lambda e: e.get("route") == f"old39-{namespace}")
+        # The watcher is gone: 40 changes later its place has left the history of 16-32.
+        for i in range(40):
+            route = f"old{i}-{namespace}"
+            await asyncio.to_thread(admin.create, crs.llm(namespace, f"old{i}", service_id=route))
+        await service.eventually(lambda: service.indexed(f"old39-{namespace}"))
         gone = await client.get("/config", params={"watch": "true", "since": first})
         assert gone.status_code == 410
         assert gone.json()["error"]["code"] == "expired"
