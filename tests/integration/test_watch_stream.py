@@ -491,3 +491,26 @@ async def test_sloctl_watch_resumes_after_a_dropped_connection_without_missing_o
             sloctl.terminate()
             await sloctl.wait()
             await proxy.stop()
+
+
+async def test_a_pools_membership_reaches_its_members_stream_and_ambiguity_shows(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path
+) -> None:
+    member = f"member-{namespace}"
+    admin.create(crs.llm(namespace, "member", service_id=member))
+    async with (
+        served(slo_api_kubeconfig) as (_, client),
+        watch(client, view="full") as stream,
+    ):
+        await stream.until(initial)
+        pool = f"pool-{namespace}"
+        await asyncio.to_thread(admin.create, crs.pool(namespace, pool, [member]))
+        changed = (await stream.until(lambda e: e.get("route") == member))[-1]
+        assert changed["type"] == "MODIFIED"
+        assert changed["object"]["pool"]["route"] == pool
+        # A second CR claiming the route makes it ambiguous: the line says so.
+        await asyncio.to_thread(admin.create, crs.job(namespace, "member-job", service_id=member))
+        ambiguous = (await stream.until(lambda e: e.get("route") == member))[-1]
+        assert ambiguous["type"] == "MODIFIED"
+        assert ambiguous["object"]["ambiguous"] is True
+        assert ambiguous["object"]["kinds"] == ["job", "llm"]
