@@ -360,7 +360,9 @@ class Feed:
                 await self._wait()
 
     async def _initial(self, watcher: Watcher, send: Send) -> None:
-        # Taken in one go (no await between), so the snapshot is the state at `cursor`.
+        # Taken in one go (no await between), so the snapshot is the state at `cursor`; and
+        # taken now, not at `open`: changes made while the response started are in it.
+        watcher.cursor = self._seq
         last = self._last[watcher.view]
         routes = list(self.index.routes(watcher.kind))
         items = [(route, last[route], self._owners.get(route, ())) for route in routes]

@@ -303,3 +303,20 @@ async def test_a_burst_of_changes_goes_out_in_one_write() -> None:
     assert len(r.raw) == writes + 1
     assert len(r.changes()) == 10
     await r.stop()
+
+
+async def test_changes_between_opening_and_the_first_write_are_sent_once() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    watcher = feed.open("summary", None)
+    # The response has not started writing yet when these happen.
+    index.upsert(LLM, cr("a", "y", "code"))
+    index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=2))
+    r = Reader(feed, watcher)
+    await r.settle()
+    assert r.changes() == [("ADDED", "chat"), ("ADDED", "code")]
+    assert r.events[0]["object"]["priority"] == 2
+    assert r.events[-1]["type"] == "BOOKMARK"
+    assert r.events[-1]["revision"] == feed.revision(feed.head)
+    await r.stop()
