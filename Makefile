@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
+.PHONY: venv lock image podman test-tools controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
 
 venv: $(STAMP)
 
@@ -16,14 +16,46 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# requirements.lock and requirements-build.lock (what the image installs, exact versions with
+# hashes) from pyproject.toml; rerun after changing its dependencies (a unit test says when).
+lock: venv
+	$(PY) -m release.lock
+
 # kube-apiserver and etcd, built from the Go module proxy once and cached by version.
 controlplane: venv
 	$(PY) -m controlplane build
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check slo_api controlplane tests bench
+	$(PY) -m ruff format --check slo_api controlplane tests bench release
 	$(PY) -m mypy
+
+# Installs Debian's packages for the commands that are missing, as root (else says what to install):
+# $(call debian-packages,command:package ...).
+define debian-packages
+	@missing=; for needed in $(1); do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $${needed%%:*} >/dev/null || missing="$$missing $${needed#*:}"; \
+	done; \
+	test -z "$$missing" || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "needs Debian's$$missing: sudo apt-get install -y$$missing" >&2; exit 1; fi; }
+endef
+
+podman:
+	$(call debian-packages,podman:podman)
+
+# The image test (podman, runc to run it, mmdebstrap for its base) and the alert tests (promtool).
+test-tools:
+	$(call debian-packages,podman:podman runc:runc mmdebstrap:mmdebstrap promtool:prometheus)
+
+# The image, with podman. BASE=<image> builds on another base than the Dockerfile's
+# python:3.11-slim; BASE=debian makes one from Debian's packages (mmdebstrap, for machines that
+# reach no image registry). Needs only python3 and podman.
+IMAGE ?= slo-api:0.1.0
+image: podman
+	$(PYTHON) -m release.image --tag $(IMAGE) \
+	  $(if $(filter debian,$(BASE)),--debian-base,$(if $(BASE),--base $(BASE)))
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).
 chromium:
@@ -32,7 +64,7 @@ chromium:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
-test: venv controlplane chromium lint
+test: venv controlplane chromium test-tools lint
 	$(PY) -m pytest -ra
 
 browser: venv controlplane chromium
@@ -45,7 +77,7 @@ screenshot: venv controlplane chromium
 unit: venv
 	$(PY) -m pytest -ra tests/unit
 
-integration: venv controlplane
+integration: venv controlplane test-tools
 	$(PY) -m pytest -ra tests/integration
 
 cluster: venv controlplane

@@ -128,7 +128,9 @@ def _merge_fanout(args: argparse.Namespace, fresh: dict[str, Any], began: float)
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--routes", default="10000,50000", help="index sizes, comma-separated")
+    parser.add_argument(
+        "--routes", default="10000,50000,100000", help="index sizes, comma-separated"
+    )
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one timed run")
     parser.add_argument("--sync-reps", type=int, default=3)
@@ -172,8 +174,9 @@ def main() -> int:
         )
         created = 0
         if args.only != "fanout":
-            log("empty index: process start and memory")
+            log("empty index: process start and memory, and what each library costs")
             results["empty"] = scenarios.initial_sync(kubeconfig, workdir, api, 0, args.sync_reps)
+            results["libraries"] = scenarios.library_costs()
         if args.watchers:
             log(f"creating LLM CRs 0..{args.fanout_routes - 1} for the fan-out")
             asyncio.run(_create(cluster, 0, args.fanout_routes, args.create_concurrency))

@@ -75,9 +75,10 @@ def process_cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory of a process (`VmHWM`: the peak so far), KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
     return 0
 

@@ -20,7 +20,7 @@ from bench import load, populate
 from bench.load import Series, Target
 from controlplane.server import free_port
 
-TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a loopback process
+TOKEN = "bench-write-token"  # noqa: S105 - a throwaway token for a loopback process
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +104,9 @@ class ServiceProcess:
 
     def rss_kib(self) -> int:
         return load.rss_kib(self.pid)
+
+    def peak_kib(self) -> int:
+        return load.rss_kib(self.pid, "VmHWM")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -257,6 +260,7 @@ def initial_sync(
     syncs: list[float] = []
     startups: list[float] = []
     rss: list[int] = []
+    peaks: list[int] = []
     for _ in range(reps):
         svc = ServiceProcess(kubeconfig, workdir).start()
         try:
@@ -264,6 +268,7 @@ def initial_sync(
             startups.append(svc.started_s)
             time.sleep(0.5)
             rss.append(svc.rss_kib())
+            peaks.append(svc.peak_kib())
         finally:
             svc.stop()
     return {
@@ -275,7 +280,53 @@ def initial_sync(
         "plain_list_median_s": statistics.median(lists),
         "sync_median_s": statistics.median(syncs),
         "rss_median_kib": statistics.median(rss),
+        "peak_kib": peaks,
+        "peak_median_kib": statistics.median(peaks),
     }
+
+
+# What the empty process costs, library by library: each line adds one import to the ones
+# before it in a fresh interpreter, so the difference is that library's own share.
+LIBRARIES = (
+    ("python", ""),
+    ("orjson", "orjson"),
+    ("pydantic, pydantic-settings", "pydantic_settings"),
+    ("prometheus-client", "prometheus_client"),
+    ("aiohttp", "aiohttp"),
+    ("kubernetes_asyncio", "kubernetes_asyncio.client, kubernetes_asyncio.config"),
+    ("fastapi, starlette", "fastapi"),
+    ("uvicorn, uvloop, httptools", "uvicorn, uvloop, httptools"),
+    ("slo-api itself (app, runtime, kinds)", "slo_api.app, slo_api.__main__"),
+)
+
+
+def library_costs() -> list[dict[str, Any]]:
+    """Resident memory after importing each library on top of the ones listed before it."""
+    out: list[dict[str, Any]] = []
+    imports: list[str] = []
+    previous = 0
+    for label, modules in LIBRARIES:
+        if modules:
+            imports.append(modules)
+        code = "".join(f"import {m}\n" for m in imports) + (
+            "import sys\n"
+            "rss = next(l for l in open('/proc/self/status') if l.startswith('VmRSS'))\n"
+            "print(int(rss.split()[1]), len(sys.modules))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        )
+        rss, modules_loaded = (int(x) for x in done.stdout.split())
+        out.append(
+            {
+                "library": label,
+                "rss_kib": rss,
+                "adds_kib": rss - previous if previous else rss,
+                "modules": modules_loaded,
+            }
+        )
+        previous = rss
+    return out
 
 
 def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, Any]:
@@ -290,7 +341,7 @@ def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, An
     from slo_api.settings import Settings as AppSettings
     from slo_api.watching import Informer
 
-    kinds = build_kinds(AppSettings(slo_api_token="unused"))  # noqa: S106
+    kinds = build_kinds(AppSettings(slo_api_token="unused-unused-unused"))  # noqa: S106
     index = Service.index_for(kinds)
     informer = Informer(
         None,  # type: ignore[arg-type]  # never used: no list, no watch

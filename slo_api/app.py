@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from slo_api import __version__
-from slo_api.api import errors, health, routes
+from slo_api.api import docs, errors, health, routes
 from slo_api.api.middleware import RequestMiddleware
 from slo_api.api.schema import add_components
 from slo_api.auth import TokenStore
@@ -32,6 +32,7 @@ def create_app(
     token = settings.slo_api_token.get_secret_value() if settings.slo_api_token else None
     # Built here, not in the lifespan, so a bad tokens file stops the process before it serves.
     tokens = TokenStore(token, settings.slo_api_tokens_file)
+    tokens.register_metrics(metrics.registry)
     connect = kube_factory or connect_kube
 
     @asynccontextmanager
@@ -49,14 +50,18 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        # Starlette's slash redirects build an absolute URL from the request's Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     errors.install(app)
     app.include_router(routes.router)
     app.include_router(health.router)
+    if settings.docs_enabled:
+        app.include_router(docs.router)
     app.add_middleware(RequestMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
 
     def openapi() -> dict[str, Any]:

@@ -173,10 +173,8 @@ class Feed:
 
     def _owners_of(self, route: str) -> Owners:
         kinds = self.service.kinds
-        return tuple(
-            (kinds[plural].name, str(obj.get("metadata", {}).get("namespace", "")))
-            for plural, obj in self.index.claims(route)
-        )
+        # claimed_in, not claims: the index keeps CRs encoded, and only namespaces are needed.
+        return tuple((kinds[plural].name, ns) for plural, ns in self.index.claimed_in(route))
 
     def _activate(self, view: str) -> None:
         """Start following a view: its current items become the published state."""

@@ -3,15 +3,25 @@
 Readers resolve a route name to the CRs that claim it and page through route names in sorted
 order; the watch loops and the write path keep it current. All of it runs on one event loop,
 so no locks: each method leaves the index consistent before it returns.
+
+A kind may be served under several API groups at once (a migration between groups). The index
+keeps each group's copy of a (plural, namespace, name) apart and shows exactly one of them: the
+copy from the most preferred group present. The others are migration leftovers: stored, counted,
+never listed and never a claim on a route.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
+
+from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
@@ -29,6 +39,11 @@ class IndexedKind:
     plural: str
     route_of: Callable[[Obj], str]
     members_of: Callable[[Obj], list[str]] | None = None
+    # API groups in order of preference; a copy from an unlisted group ranks after them.
+    groups: tuple[str, ...] = ()
+
+    def rank(self, group: str) -> tuple[int, str]:
+        return (self.groups.index(group) if group in self.groups else len(self.groups), group)
 
 
 def _rv(obj: Obj) -> int | None:
@@ -43,7 +58,30 @@ def _uid(obj: Obj) -> str | None:
 
 def _name(obj: Obj) -> Name:
     meta = obj.get("metadata", {})
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+    # Namespaces repeat across many CRs: one string each, not one per CR.
+    return sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", ""))
+
+
+# Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
+# claims and the sorted route lists (see tests/unit/test_index_memory.py).
+ENTRY_OVERHEAD = 460
+
+
+def exact(data: bytes) -> bytes:
+    """A copy of `data` that holds only its own bytes.
+
+    orjson's output keeps the encoder's 4 KiB working buffer behind every bytes object it
+    returns; kept for each of 100,000 routes that is 400 MiB where the lines need 20.
+    """
+    return memoryview(data).tobytes()
+
+
+def group_of(obj: Obj) -> str:
+    """The API group of an object's apiVersion ("" for the core group or none)."""
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
 
 
 def slim(obj: Obj) -> Obj:
@@ -89,11 +127,51 @@ class _SortedNames:
         self.items = sorted(names)
 
 
+class Entry:
+    """One stored copy of a CR: the object encoded as JSON, and what the index reads of it.
+
+    Kept encoded because a decoded CR costs several times its JSON in Python objects, and
+    every replica holds every CR: it is decoded when a route is read or written.
+    """
+
+    __slots__ = ("data", "group", "members", "name", "route", "rv", "uid")
+
+    def __init__(
+        self,
+        name: Name,
+        data: bytes,
+        group: str,
+        uid: str | None,
+        rv: int | None,
+        route: str,
+        members: tuple[str, ...],
+    ) -> None:
+        self.name = name
+        self.data = data
+        self.group = group
+        self.uid = uid
+        self.rv = rv
+        self.route = route
+        self.members = members
+
+    def obj(self) -> Obj:
+        value: Obj = orjson.loads(self.data)
+        return value
+
+    def same(self, other: Entry) -> bool:
+        return self.group == other.group and self.data == other.data
+
+
 class CRIndex:
     def __init__(self, kinds: Iterable[IndexedKind]) -> None:
         self.kinds = {k.plural: k for k in kinds}
-        self._objects: dict[str, dict[Name, Obj]] = {p: {} for p in self.kinds}
-        self._claims: dict[str, set[Key]] = {}
+        # The copy shown of each CR: the most preferred group's.
+        self._objects: dict[str, dict[Name, Entry]] = {p: {} for p in self.kinds}
+        # Every group's copy, only for the CRs held under more than one group (a migration);
+        # a CR under one group has just its shown copy.
+        self._copies: dict[str, dict[Name, dict[str, Entry]]] = {p: {} for p in self.kinds}
+        # Claims as tuples: a set per route would cost more than most CRs' own keys.
+        self._claims: dict[str, tuple[Key, ...]] = {}
         self._members: dict[tuple[str, str], set[Key]] = {}
         self._all = _SortedNames()
         self._by_kind = {k.name: _SortedNames() for k in self.kinds.values()}
@@ -104,6 +182,8 @@ class CRIndex:
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
+        # Bytes of encoded objects held (every copy), for the size estimate.
+        self.encoded_bytes = 0
         # Routes whose rendered values were dropped since listeners were last told.
         self._changed: set[str] = set()
         self._listeners: list[Listener] = []
@@ -116,14 +196,19 @@ class CRIndex:
     # -- reads -----------------------------------------------------------------------------
 
     def get(self, plural: str, namespace: str, name: str) -> Obj | None:
-        return self._objects[plural].get((namespace, name))
+        entry = self._objects[plural].get((namespace, name))
+        return entry.obj() if entry is not None else None
 
     def claims(self, route: str) -> list[tuple[str, Obj]]:
         """The (plural, object) pairs that claim a route, in a stable order."""
         return [
-            (plural, self._objects[plural][(ns, name)])
+            (plural, self._objects[plural][(ns, name)].obj())
             for plural, ns, name in sorted(self._claims.get(route, ()))
         ]
+
+    def claimed_in(self, route: str) -> list[tuple[str, str]]:
+        """The (plural, namespace) of each CR claiming a route, without decoding them."""
+        return [(plural, ns) for plural, ns, _ in sorted(self._claims.get(route, ()))]
 
     def routes(self, kind: str | None = None) -> list[str]:
         """Route names in sorted order, all or those claimed by a kind (not a copy)."""
@@ -132,8 +217,23 @@ class CRIndex:
     def count(self, plural: str) -> int:
         return len(self._objects[plural])
 
+    def estimated_bytes(self) -> int:
+        """About what the index holds in memory: the encoded objects plus a measured cost
+        per stored CR (keys, claims, route lists)."""
+        return self.encoded_bytes + ENTRY_OVERHEAD * sum(len(o) for o in self._objects.values())
+
+    def leftovers(self, plural: str) -> dict[str, int]:
+        """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
+        out: dict[str, int] = {}
+        visible = self._objects[plural]
+        for name, copies in self._copies[plural].items():
+            for group, entry in copies.items():
+                if entry is not visible.get(name):
+                    out[group] = out.get(group, 0) + 1
+        return out
+
     def objects(self, plural: str) -> list[Obj]:
-        return list(self._objects[plural].values())
+        return [entry.obj() for entry in self._objects[plural].values()]
 
     def rendered(self, view: str, route: str, render: Callable[[str], Any]) -> Any:
         """`render(route)`, computed once and kept until the route's CRs or pools change.
@@ -147,27 +247,47 @@ class CRIndex:
         try:
             return cache[route]
         except KeyError:
-            value = cache[route] = render(route)
+            value = render(route)
+            cache[route] = value = exact(value) if isinstance(value, bytes) else value
             return value
 
     def groups_with_member(self, namespace: str, member: str) -> list[tuple[str, Obj]]:
         """Objects (pools) in a namespace that list `member` among their members."""
         return [
-            (plural, self._objects[plural][(ns, name)])
+            (plural, self._objects[plural][(ns, name)].obj())
             for plural, ns, name in sorted(self._members.get((namespace, member), ()))
         ]
 
     # -- writes ----------------------------------------------------------------------------
+    #
+    # `group` is the API group the object was read from; by default that of its apiVersion.
 
-    def upsert(self, plural: str, obj: Obj) -> bool:
+    def entry(self, plural: str, obj: Obj, group: str | None = None) -> Entry:
+        """The compact form in which the index keeps `obj` (without managedFields)."""
+        kind = self.kinds[plural]
+        obj = slim(obj)
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        return Entry(
+            _name(obj),
+            exact(orjson.dumps(obj)),
+            group_of(obj) if group is None else group,
+            uid if isinstance(uid, str) else None,
+            _rv(obj),
+            kind.route_of(obj),
+            tuple(kind.members_of(obj)) if kind.members_of is not None else (),
+        )
+
+    def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         """Store an object from a watch event unless the index already has a newer one."""
+        group = group_of(obj) if group is None else group
         name = _name(obj)
-        old = self._objects[plural].get(name)
-        if old is not None and _uid(old) == _uid(obj):
-            old_rv, new_rv = _rv(old), _rv(obj)
-            if old_rv is not None and new_rv is not None and new_rv < old_rv:
+        old = self._held(plural, name).get(group)
+        if old is not None and old.uid == _uid(obj):
+            new_rv = _rv(obj)
+            if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
-        self._store(plural, name, slim(obj))
+        self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
         return True
 
@@ -175,52 +295,117 @@ class CRIndex:
         """Store the object a write returned, if the index still holds that same CR.
 
         A CR that is gone from the index (deleted meanwhile) is not brought back, and one that
-        the watch has already moved past is not rolled back.
+        the watch has already moved past is not rolled back. Where the two resourceVersions
+        cannot be compared, nothing is stored: the watch delivers that version anyway.
         """
-        name = _name(obj)
-        old = self._objects[plural].get(name)
-        if old is None or _uid(old) != _uid(obj):
+        group = group_of(obj)
+        old = self._held(plural, _name(obj)).get(group)
+        if old is None or old.uid != _uid(obj) or old.rv is None or _rv(obj) is None:
             return False
-        return self.upsert(plural, obj)
+        return self.upsert(plural, obj, group)
 
-    def delete(self, plural: str, obj: Obj) -> bool:
+    def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool:
+        group = group_of(obj) if group is None else group
         name = _name(obj)
-        old = self._objects[plural].get(name)
-        if old is None or (_uid(obj) is not None and _uid(old) != _uid(obj)):
+        old = self._held(plural, name).get(group)
+        uid = _uid(obj)
+        if old is None or (uid is not None and old.uid != uid):
             return False
-        self._unstore(plural, name)
+        self._change(plural, name, {group: None})
         self._settle()
         return True
 
-    def replace(self, plural: str, objs: Iterable[Obj]) -> None:
-        """Make a kind hold exactly `objs` (after a relist); other kinds are untouched."""
-        fresh = {_name(o): slim(o) for o in objs}
-        for name in [n for n in self._objects[plural] if n not in fresh]:
-            self._unstore(plural, name)
-        for name, obj in fresh.items():
-            self._store(plural, name, obj)
+    def replace(
+        self,
+        plural: str,
+        objs: Iterable[Obj | Entry],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Make a kind's copies from `group` exactly `objs` (after a relist of that group).
+
+        Without a group, the kind as a whole holds exactly `objs` afterwards, each under the
+        group of its apiVersion. With a namespace, only the copies in that namespace are
+        replaced (a relist of one watched namespace). Other kinds, and the kind's other groups
+        and namespaces, are untouched. `objs` may be entries made by `entry()` (a list builds
+        them as it reads).
+        """
+        changes: dict[Name, dict[str, Entry | None]] = {}
+        for item in objs:
+            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
+            changes.setdefault(entry.name, {})[entry.group] = entry
+        for name, held in self._held_all(plural):
+            if namespace is not None and name[0] != namespace:
+                continue
+            for g in held:
+                if (group is None or g == group) and g not in changes.get(name, {}):
+                    changes.setdefault(name, {})[g] = None
+        for name, change in changes.items():
+            self._change(plural, name, change)
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
-    def clear(self, plural: str) -> None:
-        self.replace(plural, ())
+    def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
+        self.replace(plural, (), group, namespace)
 
     # -- bookkeeping -----------------------------------------------------------------------
 
-    def _store(self, plural: str, name: Name, obj: Obj) -> None:
+    def _held(self, plural: str, name: Name) -> dict[str, Entry]:
+        """Every group's copy of a CR."""
+        copies = self._copies[plural].get(name)
+        if copies is not None:
+            return copies
+        shown = self._objects[plural].get(name)
+        return {shown.group: shown} if shown is not None else {}
+
+    def _held_all(self, plural: str) -> Iterator[tuple[Name, dict[str, Entry]]]:
+        shared = self._copies[plural]
+        for name, shown in list(self._objects[plural].items()):
+            yield name, shared.get(name) or {shown.group: shown}
+        # A copy hidden while none is shown cannot happen; shared names are all shown.
+
+    def _change(self, plural: str, name: Name, change: dict[str, Entry | None]) -> None:
+        """Apply new copies (None: gone) of a CR and show the most preferred group's."""
+        held = self._held(plural, name)
+        copies = dict(held)
+        for group, entry in change.items():
+            if entry is None:
+                copies.pop(group, None)
+            else:
+                kept = copies.get(group)
+                # An unchanged copy (a relist, a repeated event) keeps its entry, so nothing
+                # derived from it is dropped.
+                copies[group] = kept if kept is not None and kept.same(entry) else entry
+        self.encoded_bytes += sum(len(e.data) for e in copies.values()) - sum(
+            len(e.data) for e in held.values()
+        )
+        if len(copies) > 1:
+            self._copies[plural][name] = copies
+        else:
+            self._copies[plural].pop(name, None)
+        if not copies:
+            self._unstore(plural, name)
+            return
         kind = self.kinds[plural]
+        best = (
+            copies[min(copies, key=kind.rank)] if len(copies) > 1 else next(iter(copies.values()))
+        )
+        if self._objects[plural].get(name) is not best:
+            self._store(plural, best.name, best)
+
+    def _store(self, plural: str, name: Name, entry: Entry) -> None:
         old = self._objects[plural].get(name)
         key = (plural, *name)
         if old is not None:
-            self._unlink(kind, key, old)
-        self._objects[plural][name] = obj
-        self._link(kind, key, obj)
+            self._unlink(key, old)
+        self._objects[plural][name] = entry
+        self._link(key, entry)
         self.generation += 1
 
     def _unstore(self, plural: str, name: Name) -> None:
         old = self._objects[plural].pop(name, None)
         if old is not None:
-            self._unlink(self.kinds[plural], (plural, *name), old)
+            self._unlink((plural, *name), old)
             self.generation += 1
 
     def _forget(self, route: str) -> None:
@@ -239,34 +424,37 @@ class CRIndex:
                 # A listener's bug must not leave the index half-updated for everyone else.
                 log.exception("index listener failed")
 
-    def _link(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
-        route = kind.route_of(obj)
-        if route:
-            self._claims.setdefault(route, set()).add(key)
+    def _link(self, key: Key, entry: Entry) -> None:
+        route = entry.route
+        # A route the API refuses to address is not listed: /config would offer what 400s.
+        if valid_route(route):
+            claims = self._claims.get(route, ())
+            if key not in claims:
+                self._claims[route] = (*claims, key)
             self._touched.add(route)
             self._forget(route)
-        if kind.members_of is not None:
-            for member in kind.members_of(obj):
-                self._members.setdefault((key[1], member), set()).add(key)
-                self._forget(member)
+        for member in entry.members:
+            self._members.setdefault((key[1], member), set()).add(key)
+            self._forget(member)
 
-    def _unlink(self, kind: IndexedKind, key: Key, obj: Obj) -> None:
-        route = kind.route_of(obj)
+    def _unlink(self, key: Key, entry: Entry) -> None:
+        route = entry.route
         claims = self._claims.get(route)
         if claims is not None:
-            claims.discard(key)
-            if not claims:
+            rest = tuple(k for k in claims if k != key)
+            if rest:
+                self._claims[route] = rest
+            else:
                 del self._claims[route]
             self._touched.add(route)
             self._forget(route)
-        if kind.members_of is not None:
-            for member in kind.members_of(obj):
-                self._forget(member)
-                holders = self._members.get((key[1], member))
-                if holders is not None:
-                    holders.discard(key)
-                    if not holders:
-                        del self._members[(key[1], member)]
+        for member in entry.members:
+            self._forget(member)
+            holders = self._members.get((key[1], member))
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._members[(key[1], member)]
 
     def _settle(self) -> None:
         """Bring the sorted route lists up to date, then tell the listeners what changed."""

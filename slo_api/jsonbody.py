@@ -1,20 +1,37 @@
-"""Parse a request body as strict JSON: one object, no duplicate keys, NaN or oversized numbers."""
+"""Parse a request body as strict JSON: one object, no duplicate keys, NaN, oversized numbers
+or lone surrogates."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from slo_api.errors import invalid
+from slo_api.errors import ApiError, invalid
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_DEPTH = 32
 MAX_ITEMS = 1024
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    # JSON's \uXXXX escapes can name half of a surrogate pair, which is no character: nothing
+    # downstream (orjson, the API server, a log line) can encode it.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _surrogate(where: str) -> ApiError:
+    return invalid(f"{where} holds a lone surrogate (\\ud800-\\udfff): send whole characters")
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for key, value in pairs:
+        if _has_lone_surrogate(key):
+            raise _surrogate("a key of the JSON body")
         if key in obj:
             raise invalid(f"duplicate key {key!r} in the JSON body", field=key)
         obj[key] = value
@@ -49,6 +66,10 @@ def _path(parent: str, key: str | int) -> str:
 def _check_shape(value: Any, depth: int = 0, path: str = "") -> None:
     if isinstance(value, _TooLarge):
         raise invalid(f"{path}: the number {value.text[:30]} is too large", field=path or None)
+    if isinstance(value, str):
+        if _has_lone_surrogate(value):
+            raise _surrogate(f"the string at {path}" if path else "a string of the JSON body")
+        return
     if depth > MAX_DEPTH:
         raise invalid(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):

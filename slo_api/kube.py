@@ -12,7 +12,7 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,19 +191,51 @@ class Kube:
         limit: int = 500,
         continue_: str | None = None,
         resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> Obj:
+        """One page of a list, cluster-wide or in one namespace."""
         kwargs: Obj = {"limit": limit, "_request_timeout": self.timeout, "_preload_content": False}
         if continue_:
             kwargs["_continue"] = continue_
         elif resource_version is not None:
             kwargs["resource_version"] = resource_version
-        result: Obj = await self._call(
-            "list",
-            _json_body(
-                self._api.list_cluster_custom_object(res.group, res.version, res.plural, **kwargs)
-            ),
-        )
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        result: Obj = await self._call("list", _json_body(self._list(res, namespace, **kwargs)))
         return result
+
+    def _list(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
+        """kubernetes_asyncio's list (or watch) call, cluster-wide or in one namespace."""
+        if namespace is None:
+            return self._api.list_cluster_custom_object(
+                res.group, res.version, res.plural, **kwargs
+            )
+        return self._api.list_namespaced_custom_object(
+            res.group, res.version, namespace, res.plural, **kwargs
+        )
+
+    async def served(self, group: str, version: str) -> set[str]:
+        """The resources (plurals) discovery lists under a group/version; empty when the API
+        server does not serve that group/version at all."""
+        try:
+            found: Obj = await self._call(
+                "discovery",
+                _json_body(
+                    self._api.get_api_resources(
+                        group, version, _request_timeout=self.timeout, _preload_content=False
+                    )
+                ),
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return set()
+            raise
+        return {
+            str(r["name"])
+            for r in found.get("resources") or []
+            if isinstance(r, dict) and "/" not in str(r.get("name", "/"))
+        }
 
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         result: Obj = await self._call(
@@ -247,26 +279,49 @@ class Kube:
         return result
 
     async def watch(
-        self, res: Resource, *, resource_version: str, timeout_seconds: int, read_timeout: float
-    ) -> AsyncIterator[Obj]:
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> AsyncGenerator[Obj, None]:
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
         its Status, and a silent connection ends after `read_timeout` seconds without bytes.
+        With `initial_events`, the stream starts with every current CR as ADDED, then a
+        BOOKMARK annotated `k8s.io/initial-events-end` (a list without a list: the API server
+        streams from its watch cache, and nobody holds the whole list at once).
         """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if initial_events:
+            query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        if resource_version or not initial_events:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        scope = f"/namespaces/{namespace}" if namespace is not None else ""
         started = time.monotonic()
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
             # that races with the response, and the watch loop then outlives its shutdown.
             async with asyncio.timeout(self.timeout):
-                response = await self._api.list_cluster_custom_object(
-                    res.group,
-                    res.version,
-                    res.plural,
-                    watch=True,
-                    allow_watch_bookmarks=True,
-                    resource_version=resource_version,
-                    timeout_seconds=timeout_seconds,
+                # The client's own request layer: the generated list method knows no
+                # sendInitialEvents.
+                response = await self._api_client.call_api(
+                    f"/apis/{res.group}/{res.version}{scope}/{res.plural}",
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
                     _preload_content=False,
                     _request_timeout=aiohttp.ClientTimeout(
                         sock_connect=self.timeout, sock_read=read_timeout
@@ -275,6 +330,9 @@ class Kube:
         except TimeoutError:
             self._observe("watch", "timeout", time.monotonic() - started)
             raise KubeTimeout(0, "Timeout", "the watch was not accepted in time") from None
+        except ApiException as exc:
+            self._observe("watch", str(exc.status), time.monotonic() - started)
+            raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
         except (aiohttp.ClientError, OSError) as exc:
             self._observe("watch", "unavailable", time.monotonic() - started)
             raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
@@ -298,13 +356,18 @@ class Kube:
 
 async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[Obj]:
     # Split on newlines ourselves: aiohttp's readline caps a line at 64 KiB, and a CR can be
-    # larger than that.
-    buffer = b""
+    # larger than that. Each chunk is scanned once: an initial stream of 100,000 CRs arrives
+    # in chunks of many lines, and cutting the rest off after every line would copy each
+    # chunk once per line in it.
+    rest = b""
     async for chunk in response.content.iter_any():
-        buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
-            line, buffer = buffer[:end], buffer[end + 1 :]
+        data = rest + chunk if rest else chunk
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            line = data[start:end]
+            start = end + 1
             if line.strip():
                 yield orjson.loads(line)
-    if buffer.strip():
-        yield orjson.loads(buffer)
+        rest = data[start:]
+    if rest.strip():
+        yield orjson.loads(rest)

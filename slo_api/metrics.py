@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -12,10 +13,26 @@ from prometheus_client.registry import Collector
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
+@dataclass(frozen=True)
+class KindState:
+    """What a kind's watch looks like now: read by /readyz, the metrics and the start-up log."""
+
+    kind: str
+    synced: bool
+    present: bool
+    objects: int
+    last_event: float | None
+    groups: tuple[str, ...] = ()  # the API groups that may serve it, most preferred first
+    served: tuple[str, ...] = ()  # those discovery last said serve it
+    watched: tuple[str, ...] = ()  # those listed and watched
+    # Per group: copies hidden by the same CR under a more preferred group.
+    leftovers: Mapping[str, int] = field(default_factory=dict)
+
+
 class _KindStateCollector(Collector):
     """Reads per-kind state when scraped, so the gauges are never stale."""
 
-    def __init__(self, states: Callable[[], Iterable[tuple[str, bool, bool, int, float | None]]]):
+    def __init__(self, states: Callable[[], Iterable[KindState]]):
         self._states = states
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
@@ -32,17 +49,39 @@ class _KindStateCollector(Collector):
         )
         since = GaugeMetricFamily(
             "slo_api_watch_seconds_since_last_event",
-            "Seconds since the kind's watch last delivered an event or bookmark",
+            "Seconds since the kind's watch last delivered an event or bookmark "
+            "(its least recent group's, when several are watched)",
             labels=["kind"],
         )
+        served = GaugeMetricFamily(
+            "slo_api_group_served",
+            "1 when discovery says the API group serves the kind (at the configured version)",
+            labels=["kind", "group"],
+        )
+        watched = GaugeMetricFamily(
+            "slo_api_group_watched",
+            "1 when the kind is listed and watched under the API group",
+            labels=["kind", "group"],
+        )
+        leftovers = GaugeMetricFamily(
+            "slo_api_group_leftovers",
+            "CRs under the API group hidden by the same namespace/name under a more preferred "
+            "group (migration leftovers: not listed, not routed)",
+            labels=["kind", "group"],
+        )
         now = time.monotonic()
-        for kind, is_synced, is_present, count, last in self._states():
-            synced.add_metric([kind], float(is_synced))
-            present.add_metric([kind], float(is_present))
-            objects.add_metric([kind], float(count))
-            if last is not None:
-                since.add_metric([kind], now - last)
-        yield from (synced, present, objects, since)
+        for state in self._states():
+            kind = state.kind
+            synced.add_metric([kind], float(state.synced))
+            present.add_metric([kind], float(state.present))
+            objects.add_metric([kind], float(state.objects))
+            if state.last_event is not None:
+                since.add_metric([kind], now - state.last_event)
+            for group in state.groups:
+                served.add_metric([kind, group], float(group in state.served))
+                watched.add_metric([kind, group], float(group in state.watched))
+                leftovers.add_metric([kind, group], float(state.leftovers.get(group, 0)))
+        yield from (synced, present, objects, since, served, watched, leftovers)
 
 
 class Metrics:
@@ -98,6 +137,11 @@ class Metrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
+        self.index_bytes = Gauge(
+            "slo_api_index_estimated_bytes",
+            "Estimated memory held by the index: the encoded CRs plus a measured cost per CR",
+            registry=self.registry,
+        )
 
         self.watchers = Gauge(
             "slo_api_change_streams_open",
@@ -120,7 +164,5 @@ class Metrics:
         self.upstream.labels(verb, code).inc()
         self.upstream_latency.labels(verb).observe(seconds)
 
-    def watch_kind_states(
-        self, states: Callable[[], Iterable[tuple[str, bool, bool, int, float | None]]]
-    ) -> None:
+    def watch_kind_states(self, states: Callable[[], Iterable[KindState]]) -> None:
         self.registry.register(_KindStateCollector(states))

@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable
 
 from slo_api.auth import TokenStore
 from slo_api.feed import Feed
+from slo_api.groups import KindWatch
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
-from slo_api.metrics import Metrics
+from slo_api.metrics import KindState, Metrics
 from slo_api.service import Service
-from slo_api.settings import Settings
-from slo_api.watching import Informer
+from slo_api.settings import Settings, namespace_list
 
 log = logging.getLogger("slo_api")
 
@@ -48,8 +48,11 @@ class Runtime:
             max_watchers=settings.max_watchers,
             bookmark_seconds=settings.watch_bookmark_seconds,
         )
+        self.namespaces = namespace_list(settings.watch_namespaces)
+        self.label_selector = settings.watch_label_selector
+        # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
-            Informer(
+            KindWatch(
                 kube,
                 kind,
                 self.index,
@@ -57,6 +60,8 @@ class Runtime:
                 crd_recheck_seconds=settings.crd_recheck_seconds,
                 watch_timeout_seconds=settings.watch_timeout_seconds,
                 inactivity_seconds=settings.watch_inactivity_seconds,
+                namespaces=self.namespaces,
+                label_selector=self.label_selector,
             )
             for kind in self.kinds
         ]
@@ -64,18 +69,17 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
+        metrics.index_bytes.set_function(self.index.estimated_bytes)
 
-    def kind_states(self) -> list[tuple[str, bool, bool, int, float | None]]:
-        return [
-            (
-                i.kind.name,
-                i.synced,
-                i.present,
-                self.index.count(i.kind.resource.plural),
-                i.last_event,
-            )
-            for i in self.informers
-        ]
+    def scope(self) -> dict[str, list[str] | str | None]:
+        """What is watched: the namespaces (None: all) and the label selector (None: none)."""
+        return {
+            "namespaces": list(self.namespaces) if self.namespaces else None,
+            "labelSelector": self.label_selector or None,
+        }
+
+    def kind_states(self) -> list[KindState]:
+        return [i.state() for i in self.informers]
 
     def ready(self) -> bool:
         return not self.shutting_down and all(i.synced for i in self.informers)
@@ -91,6 +95,11 @@ class Runtime:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.feed.start()
+        log.info(
+            "watching %s%s",
+            f"namespaces {', '.join(self.namespaces)}" if self.namespaces else "every namespace",
+            f", CRs selected by {self.label_selector}" if self.label_selector else "",
+        )
         self._tasks = [
             asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
         ]

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind
-from slo_api.kinds.base import Kind, Obj
+from slo_api.kinds.base import Kind, Obj, spec, without_unchanged
 from slo_api.kinds.pool import status_view
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, Resource
 from slo_api.upstream import to_api_error
 
 PAGE_CACHE_SIZE = 32
+# A write recomputed after a lost race this many times in a row gives up with 409. Each writer
+# that loses to another one re-reads: N writers racing on one CR need up to N attempts.
+WRITE_ATTEMPTS = 5
+STALE_ETAG = "the route changed since the ETag you sent: read it again and retry"
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,11 @@ class Target:
 
     kind: Kind
     obj: Obj
+
+    @property
+    def resource(self) -> Resource:
+        """Where the CR lives: writes go to the API group that holds the copy shown."""
+        return self.kind.resource_of(self.obj)
 
     @property
     def namespace(self) -> str:
@@ -41,8 +50,27 @@ class Result:
     changed: list[str]
 
 
+def _rv(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _uid(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("uid", ""))
+
+
+def _lost_race(exc: KubeError) -> bool:
+    """The CR changed, or is another CR, since the version a patch was computed from.
+
+    A stale resourceVersion is 409; another uid with the same version (not seen in practice,
+    as a re-created CR has a new version) is a 422 on metadata.uid.
+    """
+    if exc.status == 409:
+        return True
+    return exc.status == 422 and any(c.get("field") == "metadata.uid" for c in exc.causes)
+
+
 def etag_of(obj: Obj) -> str:
-    return f'"{obj.get("metadata", {}).get("resourceVersion", "")}"'
+    return f'"{_rv(obj)}"'
 
 
 def parse_if_match(header: str | None) -> str | None:
@@ -71,7 +99,11 @@ class Service:
     def index_for(kinds: list[Kind]) -> CRIndex:
         return CRIndex(
             IndexedKind(
-                k.name, k.resource.plural, k.route_of, k.members_of if k.groups_routes else None
+                k.name,
+                k.resource.plural,
+                k.route_of,
+                k.members_of if k.groups_routes else None,
+                k.groups,
             )
             for k in kinds
         )
@@ -111,14 +143,23 @@ class Service:
 
     async def read(self, route: str) -> Result:
         target = self.resolve(route)
-        obj = await self._get(target)
+        obj = await self._fresh(target, route)
         return Result(self.project(target.kind, obj), etag_of(obj), [])
 
-    async def _get(self, target: Target) -> Obj:
+    async def _fresh(self, target: Target, route: str) -> Obj:
+        """The CR as the API server holds it now, if it still claims the route.
+
+        The index can lag (milliseconds normally, longer while a watch backs off): a CR whose
+        serviceId changed, or one deleted and re-created for another service, is no longer
+        the route's, whatever the index says.
+        """
         try:
-            return await self.kube.get(target.kind.resource, target.namespace, target.name)
+            obj = await self.kube.get(target.resource, target.namespace, target.name)
         except KubeError as exc:
-            raise to_api_error(exc, target.kind, target.obj, conditional=False) from None
+            raise to_api_error(exc, target.kind, target.obj) from None
+        if target.kind.route_of(obj) != route:
+            raise ApiError(404, f"route {route!r} is not registered")
+        return obj
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -130,32 +171,67 @@ class Service:
                 f"route in the body ({sent_route!r}) differs from the URL's", field="route"
             )
         body = target.kind.parse(data)
-        current = await self._get(target) if target.kind.reads_before_write else target.obj
-        spec_patch = target.kind.spec_patch(body, current, self.pool_of)
-        return await self._patch(target, current, spec_patch, if_match, dry_run)
+        return await self._apply(
+            target,
+            route,
+            lambda current: target.kind.changes(body, current, self.pool_of),
+            if_match,
+            dry_run,
+        )
 
     async def reset(self, route: str, *, if_match: str | None, dry_run: bool) -> Result:
         target = self.resolve(route)
-        return await self._patch(
-            target, target.obj, target.kind.reset_patch(target.obj), if_match, dry_run
+        kind = target.kind
+        return await self._apply(
+            target,
+            route,
+            lambda current: without_unchanged(kind.reset_patch(current), spec(current)),
+            if_match,
+            dry_run,
         )
 
-    async def _patch(
-        self, target: Target, current: Obj, spec_patch: Obj, if_match: str | None, dry_run: bool
+    async def _apply(
+        self,
+        target: Target,
+        route: str,
+        changes: Callable[[Obj], Obj],
+        if_match: str | None,
+        dry_run: bool,
     ) -> Result:
-        patch: dict[str, Any] = {"spec": spec_patch}
-        if if_match:
-            # A resourceVersion in a merge patch is a precondition: a mismatch is 409.
-            patch["metadata"] = {"resourceVersion": if_match}
-        try:
-            obj = await self.kube.patch(
-                target.kind.resource, target.namespace, target.name, patch, dry_run=dry_run
-            )
-        except KubeError as exc:
-            raise to_api_error(exc, target.kind, target.obj, conditional=bool(if_match)) from None
-        if not dry_run:
-            self.index.write_through(target.kind.resource.plural, obj)
-        return Result(self.project(target.kind, obj), etag_of(obj), sorted(spec_patch))
+        """Patch the route's CR with `changes(current)`, computed from the very object the
+        patch is conditional on (its uid and resourceVersion).
+
+        The index's copy is tried first (no extra round trip when it is current). A lost race
+        (409: the CR changed, or is another CR now) reads the CR again, checks it still claims
+        the route, and recomputes, a bounded number of times. With If-Match, the client's
+        version is the only one a write may apply to.
+        """
+        current = target.obj
+        if if_match and if_match != _rv(current):
+            current = await self._fresh(target, route)
+        for _ in range(WRITE_ATTEMPTS):
+            if if_match and if_match != _rv(current):
+                raise ApiError(412, STALE_ETAG)
+            spec_patch = changes(current)
+            patch: Obj = {
+                "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},
+                "spec": spec_patch,
+            }
+            try:
+                obj = await self.kube.patch(
+                    target.resource, target.namespace, target.name, patch, dry_run=dry_run
+                )
+            except KubeError as exc:
+                if not _lost_race(exc):
+                    raise to_api_error(exc, target.kind, current) from None
+                if if_match:
+                    raise ApiError(412, STALE_ETAG) from None
+                current = await self._fresh(target, route)
+                continue
+            if not dry_run:
+                self.index.write_through(target.kind.resource.plural, obj)
+            return Result(self.project(target.kind, obj), etag_of(obj), sorted(spec_patch))
+        raise ApiError(409, f"route {route!r} kept changing during the write: retry")
 
     # -- listing ---------------------------------------------------------------------------
 

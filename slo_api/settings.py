@@ -2,11 +2,50 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from slo_api.auth import token_problem
+
+SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Label selectors as the API server parses them (k8s.io/apimachinery labels.Parse).
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = rf"(?:{_DNS_SUBDOMAIN.pattern}/)?{_LABEL_NAME}"
+_LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
+_REQUIREMENT = re.compile(
+    rf"\s*(?:!\s*{_LABEL_KEY}"
+    rf"|{_LABEL_KEY}\s*(?:==?|!=)\s*{_LABEL_VALUE}"
+    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_NAME}(?:\s*,\s*{_LABEL_VALUE})*\s*\)"
+    rf"|{_LABEL_KEY}\s*[<>]\s*-?\d+"
+    rf"|{_LABEL_KEY})\s*"
+)
+
+
+def group_list(value: str) -> tuple[str, ...]:
+    """The API groups a `*_GROUP` setting names, most preferred first."""
+    return tuple(g.strip() for g in value.split(","))
+
+
+def namespace_list(value: str) -> tuple[str, ...]:
+    """The namespaces `WATCH_NAMESPACES` names; empty for every namespace."""
+    return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
+
+
+def _selector_problem(selector: str) -> str | None:
+    """Why the API server would refuse a label selector, or None."""
+    # Commas separate requirements, except inside the parentheses of `in` and `notin`.
+    for requirement in re.split(r",(?![^(]*\))", selector):
+        if not _REQUIREMENT.fullmatch(requirement):
+            return f"{requirement.strip()!r} is not a label selector requirement"
+    return None
 
 
 class Settings(BaseSettings):
@@ -26,18 +65,33 @@ class Settings(BaseSettings):
         None, description="Path of a kubeconfig; in-cluster configuration when unset."
     )
 
-    llm_group: str = "inference.modelsphere.dev"
+    llm_group: str = Field(
+        SLO_GROUPS, description="API groups that may serve LLM SLOs, most preferred first."
+    )
     llm_version: str = "v1alpha1"
     llm_plural: str = "llmslorequirements"
-    job_group: str = "inference.modelsphere.dev"
+    job_group: str = Field(
+        SLO_GROUPS, description="API groups that may serve job SLOs, most preferred first."
+    )
     job_version: str = "v1alpha1"
     job_plural: str = "jobslorequirements"
-    pool_group: str = "inference.llmkube.dev"
+    pool_group: str = Field(
+        "inference.llmkube.dev",
+        description="API groups that may serve pools, most preferred first.",
+    )
     pool_version: str = "v1alpha1"
     pool_plural: str = "modelpools"
 
+    watch_namespaces: str = Field(
+        "",
+        description="Namespaces to watch, comma-separated; empty: every namespace. Routes "
+        "elsewhere are not served, and namespaced Roles are enough.",
+    )
+    watch_label_selector: str = Field(
+        "", description="A label selector: only CRs it selects are indexed; empty: every CR."
+    )
     crd_recheck_seconds: float = Field(
-        60, gt=0, description="How often a missing CRD is looked up."
+        60, gt=0, description="How often discovery is asked which groups serve each kind."
     )
     upstream_timeout_seconds: float = Field(
         10, gt=0, description="Timeout of every call to the API server."
@@ -61,14 +115,65 @@ class Settings(BaseSettings):
         16384, ge=16, description="Changes kept for resuming a stream with `since`."
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
+    docs_enabled: bool = Field(
+        True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."
+    )
     shutdown_grace_seconds: float = Field(
         2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )
+
+    @field_validator("llm_group", "job_group", "pool_group")
+    @classmethod
+    def _groups(cls, value: str) -> str:
+        groups = group_list(value)
+        for group in groups:
+            if not group:
+                raise ValueError(
+                    f"{value!r} has an empty group: list API groups separated by commas, "
+                    "most preferred first"
+                )
+            if not _DNS_SUBDOMAIN.fullmatch(group) or len(group) > 253:
+                raise ValueError(f"{group!r} is not an API group (a lowercase DNS name)")
+        twice = sorted({g for g in groups if groups.count(g) > 1})
+        if twice:
+            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
+        return ",".join(groups)
+
+    @field_validator("watch_namespaces")
+    @classmethod
+    def _namespaces(cls, value: str) -> str:
+        namespaces = namespace_list(value)
+        for namespace in namespaces:
+            if not namespace:
+                raise ValueError(
+                    f"{value!r} has an empty namespace: list namespaces separated by commas, "
+                    "or leave it empty to watch every namespace"
+                )
+            if not _DNS_LABEL.fullmatch(namespace):
+                raise ValueError(f"{namespace!r} is not a namespace name")
+        twice = sorted({n for n in namespaces if namespaces.count(n) > 1})
+        if twice:
+            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
+        return ",".join(namespaces)
+
+    @field_validator("watch_label_selector")
+    @classmethod
+    def _label_selector(cls, value: str) -> str:
+        value = value.strip()
+        problem = _selector_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _needs_a_token(self) -> Settings:
         if self.slo_api_token is None and self.slo_api_tokens_file is None:
             raise ValueError("set SLO_API_TOKEN or SLO_API_TOKENS_FILE")
-        if self.slo_api_token is not None and not self.slo_api_token.get_secret_value().strip():
-            raise ValueError("SLO_API_TOKEN is empty")
+        if self.slo_api_token is not None:
+            token = self.slo_api_token.get_secret_value()
+            if not token.strip():
+                raise ValueError("SLO_API_TOKEN is empty")
+            problem = token_problem(token)
+            if problem is not None:
+                raise ValueError(f"SLO_API_TOKEN: {problem}")
         return self

@@ -13,11 +13,32 @@ log = logging.getLogger("slo_api.upstream")
 
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 _DUPLICATE_FIELD = re.compile(r'duplicate field "([^"]+)"')
+# What the API server writes when an admission policy or webhook, not RBAC, refused a request;
+# the match starts where the policy's own words start (after `<kind> "<name>" is forbidden: `).
+_ADMISSION = re.compile(
+    r"(?:Validating|Mutating)AdmissionPolicy '[^']*'.*?denied request.*"
+    r'|admission webhook "[^"]*" denied the request.*',
+    re.DOTALL,
+)
+
+
+def _secrets(obj: Obj) -> set[str]:
+    meta = obj.get("metadata", {})
+    return {str(meta.get("name", "")), str(meta.get("namespace", ""))} - {""}
+
+
+def _scrub(message: str, secrets: set[str]) -> str:
+    """`message` without the CR's name and namespace, quoted or not, as whole words only."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        # Not inside a longer name: no word character, "-" or "." glued on either side
+        # (a "." that ends a sentence is fine); quotes stay, so `"name"` becomes `"…"`.
+        whole = rf"(?<![\w.-]){re.escape(secret)}(?![\w-]|\.[\w-])"
+        message = re.sub(whole, "…", message)
+    return message
 
 
 def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
-    meta = obj.get("metadata", {})
-    secrets = {str(meta.get("name", "")), str(meta.get("namespace", ""))} - {""}
+    secrets = _secrets(obj)
     causes: list[dict[str, str]] = []
     for cause in exc.causes:
         message = str(cause.get("message", ""))
@@ -37,16 +58,20 @@ def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
         field = kind.translate_field(k8s_field)
         if k8s_field:
             message = message.replace(k8s_field, field)
-        for secret in secrets:
-            message = message.replace(f'"{secret}"', '"…"')
+        message = _scrub(message, secrets)
         causes.append({"field": field, "message": f"{field}: {message}" if field else message})
     return causes
 
 
-def to_api_error(exc: KubeError, kind: Kind, obj: Obj, *, conditional: bool) -> ApiError:
+def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
     """Translate an API server failure on one CR into what the client is told."""
     if isinstance(exc, KubeTimeout):
         return ApiError(504, "the Kubernetes API server did not answer in time")
+    denial = _ADMISSION.search(exc.message) if exc.status in (400, 403, 422) else None
+    if denial is not None:
+        # The cluster's policy refused this change (whatever code it chose): the client can
+        # act on its reason; slo-api's own permissions are fine.
+        return invalid(_scrub(denial.group(), _secrets(obj)))
     if exc.status in (400, 422):
         causes = _causes(exc, kind, obj)
         if not causes:
@@ -57,10 +82,6 @@ def to_api_error(exc: KubeError, kind: Kind, obj: Obj, *, conditional: bool) -> 
     if exc.status == 404:
         return ApiError(404, f"route {kind.route_of(obj)!r} is gone")
     if exc.status == 409:
-        if conditional:
-            return ApiError(
-                412, "the route changed since the ETag you sent: read it again and retry"
-            )
         return ApiError(409, "the route changed during the write: retry")
     if exc.status in (401, 403):
         log.error(

@@ -1,4 +1,5 @@
-"""One list+watch loop per kind, keeping the CRIndex current the way client-go's reflector does.
+"""One list+watch loop per kind and API group, keeping the CRIndex current the way client-go's
+reflector does.
 
 - List (paged), replace the kind's entries, then watch from the list's resourceVersion with
   bookmarks and a randomised server timeout.
@@ -7,26 +8,30 @@
   and re-watches.
 - No bytes for `watch_inactivity_seconds` (bookmarks arrive about every minute) reconnects, so a
   silently dead connection heals.
-- A CRD that is not served (404 without a JSON Status) leaves the kind empty but synced, and is
-  looked up again every `crd_recheck_seconds`.
+- A CRD that is not served (404 without a JSON Status) leaves the group's copies empty but
+  synced, and is looked up again every `crd_recheck_seconds` (slo_api.groups also stops the loop
+  once discovery agrees the group is gone).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from slo_api.index import CRIndex, slim
+from slo_api.index import CRIndex, Entry
 from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable
+from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.watch")
 
 HEALTHY_RESET_SECONDS = 120.0
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 QUICK_CLOSE_SECONDS = 1.0
 
 
@@ -61,6 +66,9 @@ class _CrdGone(Exception):
 
 
 class Informer:
+    """The kind's CRs under one API group (`resource`; the kind's preferred one by default),
+    in one namespace or all of them, those a label selector selects or all of them."""
+
     def __init__(
         self,
         kube: Kube,
@@ -71,9 +79,19 @@ class Informer:
         crd_recheck_seconds: float,
         watch_timeout_seconds: int,
         inactivity_seconds: float,
+        resource: Resource | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
+        self.resource = resource or kind.resource
+        self.group = self.resource.group
+        self.namespace = namespace
+        self.label_selector = label_selector
+        # Called after each list, and each time the CRD is found absent.
+        self.on_synced = on_synced or (lambda: None)
         self.index = index
         self.metrics = metrics
         self.crd_recheck_seconds = crd_recheck_seconds
@@ -83,7 +101,14 @@ class Informer:
         self.present = False
         self.last_event: float | None = None
         self.backoff = Backoff()
-        self._plural = kind.resource.plural
+        # Lists are streamed until the API server refuses it; the next list pages after a 410.
+        self.streams = True
+        self._page_next = False
+        self._plural = self.resource.plural
+        # How logs name what this loop watches: `plural.group`, as kubectl does.
+        self._name = f"{self.resource.plural}.{self.group}" + (
+            f" in {namespace}" if namespace else ""
+        )
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -98,69 +123,130 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except _CrdGone:
-                log.warning("%s: the CRD is no longer served; its routes are gone", self._plural)
+                log.warning("%s: the CRD is no longer served; its routes are gone", self._name)
                 self._absent()
                 await asyncio.sleep(self.crd_recheck_seconds)
             except _Relist as exc:
                 self.metrics.watch_restarts.labels(self.kind.name, exc.reason).inc()
-                log.info("%s: relisting (%s)", self._plural, exc)
+                log.info("%s: relisting (%s)", self._name, exc)
+                # After a 410 the watch cache could not serve our version: list from etcd
+                # in pages, as client-go does, rather than stream from that same cache.
+                self._page_next = exc.reason == "expired"
                 await asyncio.sleep(self.backoff.next())
             except KubeError as exc:
                 delay = exc.retry_after or self.backoff.next()
                 level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
                 log.log(
-                    level, "%s: list/watch failed (%s); retrying in %.1fs", self._plural, exc, delay
+                    level, "%s: list/watch failed (%s); retrying in %.1fs", self._name, exc, delay
                 )
                 self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
                 await asyncio.sleep(delay)
             except Exception:
                 delay = self.backoff.next()
-                log.exception("%s: unexpected failure; relisting in %.1fs", self._plural, delay)
+                log.exception("%s: unexpected failure; relisting in %.1fs", self._name, delay)
                 await asyncio.sleep(delay)
 
     def _absent(self) -> None:
-        self.index.clear(self._plural)
+        self.index.clear(self._plural, self.group, self.namespace)
         self.present = False
         self.synced = True
+        self.on_synced()
 
     async def _list(self) -> str | None:
-        """List every CR of the kind; None when the CRD is not served."""
-        items: list[Obj] = []
+        """List every CR of the kind; None when the CRD is not served.
+
+        Streamed through a watch (sendInitialEvents) where the API server supports it, so
+        neither side holds the whole list at once; in pages otherwise, and after a 410.
+        """
+        try:
+            if self.streams and not self._page_next:
+                try:
+                    return await self._stream_list()
+                except KubeError as exc:
+                    if exc.status not in (400, 422):
+                        raise
+                    # An API server without the WatchList feature refuses the parameter.
+                    log.info("%s: lists are not streamed here (%s); paging", self._name, exc)
+                    self.streams = False
+            return await self._page_list()
+        except KubeError as exc:
+            if exc.status == 404 and not exc.is_status:
+                if self.present or not self.synced:
+                    log.warning(
+                        "%s: CRD not served; indexing the kind as empty and looking again "
+                        "every %gs",
+                        self._name,
+                        self.crd_recheck_seconds,
+                    )
+                self._absent()
+                return None
+            raise
+
+    async def _stream_list(self) -> str:
+        entries: list[Entry] = []
+        timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
+        events = self.kube.watch(
+            self.resource,
+            resource_version="",
+            timeout_seconds=timeout,
+            read_timeout=self.inactivity_seconds,
+            initial_events=True,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if event.get("type") == "ADDED":
+                    # Compact at once: the stream is never held decoded.
+                    entries.append(self.index.entry(self._plural, obj, self.group))
+                elif event.get("type") == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        return self._listed(entries, str(meta.get("resourceVersion") or ""))
+        raise _Relist("relist", "the list stream ended before its initial events did")
+
+    async def _page_list(self) -> str:
+        items: list[Entry] = []
         continue_: str | None = None
         while True:
             try:
-                page = await self.kube.list(self.kind.resource, continue_=continue_)
+                page = await self.kube.list(
+                    self.resource,
+                    continue_=continue_,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
+                )
             except KubeError as exc:
-                if exc.status == 404 and not exc.is_status:
-                    if self.present or not self.synced:
-                        log.warning(
-                            "%s: CRD not served; indexing the kind as empty and "
-                            "looking again every %gs",
-                            self._plural,
-                            self.crd_recheck_seconds,
-                        )
-                    self._absent()
-                    return None
                 if exc.status == 410 and continue_:
                     items, continue_ = [], None  # the continue token expired: start over
                     continue
                 raise
-            # managedFields are dropped page by page, not after the last page: they are often
-            # larger than the rest of the object, and holding them for every CR of a long list
-            # at once set the process's resident size long after they were freed.
-            items.extend(slim(obj) for obj in page.get("items") or [])
+            # Each page is made compact (the index's encoded entries, without managedFields)
+            # before the next is read: a long list never holds every CR decoded at once.
+            items.extend(
+                self.index.entry(self._plural, obj, self.group) for obj in page.get("items") or []
+            )
             meta = page.get("metadata") or {}
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
-        self.index.replace(self._plural, items)
+        return self._listed(items, str(meta.get("resourceVersion") or ""))
+
+    def _listed(self, items: list[Entry], resource_version: str) -> str:
+        """The kind's CRs under this group are `items` as of `resource_version`."""
+        self._page_next = False
+        self.index.replace(self._plural, items, self.group, self.namespace)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
-            log.info("%s: listed %d objects", self._plural, len(items))
+            log.info("%s: listed %d objects", self._name, len(items))
         self.present = True
         self.synced = True
         self.last_event = time.monotonic()
-        return str(meta.get("resourceVersion") or "")
+        self.on_synced()
+        return resource_version
 
     async def _watch(self, resource_version: str) -> None:
         while True:
@@ -169,17 +255,19 @@ class Informer:
             timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
             try:
                 async for event in self.kube.watch(
-                    self.kind.resource,
+                    self.resource,
                     resource_version=resource_version,
                     timeout_seconds=timeout,
                     read_timeout=self.inactivity_seconds,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
                 ):
                     events += 1
                     resource_version = self._apply(event) or resource_version
             except KubeTimeout as exc:
                 # Either the watch went silent (a dead connection) or it was not accepted in
                 # time; the message says which.
-                log.warning("%s: %s; reconnecting", self._plural, exc.message)
+                log.warning("%s: %s; reconnecting", self._name, exc.message)
                 self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
                 continue
             except KubeUnavailable as exc:
@@ -187,7 +275,7 @@ class Informer:
                 # about the index: like client-go, resume from the last resourceVersion. The
                 # server replays what was missed, or answers 410 and we relist.
                 log.warning(
-                    "%s: watch lost (%s); resuming from %s", self._plural, exc, resource_version
+                    "%s: watch lost (%s); resuming from %s", self._name, exc, resource_version
                 )
                 ended = "unavailable"
             except KubeError as exc:
@@ -205,8 +293,9 @@ class Informer:
                 if exc.status in (401, 403):
                     log.error(
                         "RBAC: the API server refused slo-api's watch of %s (%s); check its "
-                        "ClusterRole grants get, list, watch and patch",
-                        self._plural,
+                        "ClusterRole (or with WATCH_NAMESPACES, its Role in the namespace) "
+                        "grants get, list, watch and patch",
+                        self._name,
                         exc,
                     )
                 raise _Relist("relist", str(exc)) from None
@@ -229,8 +318,8 @@ class Informer:
         self.last_event = time.monotonic()
         self.metrics.watch_events.labels(self.kind.name, kind.lower()).inc()
         if kind in ("ADDED", "MODIFIED"):
-            self.index.upsert(self._plural, obj)
+            self.index.upsert(self._plural, obj, self.group)
         elif kind == "DELETED":
-            self.index.delete(self._plural, obj)
+            self.index.delete(self._plural, obj, self.group)
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         return str(rv) if rv else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -17,12 +18,31 @@ from slo_api.kinds.base import field_path
 log = logging.getLogger("slo_api.api")
 
 
+def _whole_characters(value: Any) -> Any:
+    """`value` with every lone surrogate (which no encoder takes) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_characters(v) for v in value]
+    return value
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        # An error must always be answerable, whatever text from the request it quotes.
+        return orjson.dumps(_whole_characters(body), default=str)
+
+
 def error_response(exc: ApiError) -> Response:
     headers = dict(exc.headers)
     if exc.status == 401:
         headers.setdefault("WWW-Authenticate", 'Bearer realm="slo-api"')
     return Response(
-        orjson.dumps(exc.body()),
+        _encode(exc.body()),
         status_code=exc.status,
         headers=headers,
         media_type="application/json",

@@ -29,6 +29,11 @@ MODULES = (
     "token.js",
 )
 ASSETS = {"style.css": "text/css", **dict.fromkeys(MODULES, "text/javascript")}
+# As a header, not only the page's <meta> tag: frame-ancestors is honoured only here.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 @router.get("/healthz", tags=["operations"], operation_id="healthz", summary="Liveness")
@@ -45,13 +50,29 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(rt: RuntimeDep) -> Response:
     kinds = {
-        name: {"synced": synced, "present": present, "objects": count}
-        for name, synced, present, count, _ in rt.kind_states()
+        state.kind: {
+            "synced": state.synced,
+            "present": state.present,
+            "objects": state.objects,
+            "groups": list(state.groups),
+            "served": list(state.served),
+            "watched": list(state.watched),
+            "leftovers": sum(state.leftovers.values()),
+        }
+        for state in rt.kind_states()
     }
     reason = rt.not_ready_reason()
-    body = {"status": "ok" if reason is None else "not_ready", "kinds": kinds}
+    body: dict[str, object] = {
+        "status": "ok" if reason is None else "not_ready",
+        "kinds": kinds,
+        "scope": rt.scope(),
+    }
     if reason is not None:
         body["reason"] = reason
+    if rt.tokens.has_file():
+        # Detail for an alert, not a readiness condition: the process still serves.
+        problem = rt.tokens.file_problem()
+        body["tokensFile"] = {"ok": True} if problem is None else {"ok": False, "problem": problem}
     return Response(
         orjson.dumps(body),
         status_code=200 if reason is None else 503,
@@ -78,7 +99,9 @@ async def metrics(rt: RuntimeDep) -> Response:
     response_class=Response,
 )
 async def demo_page() -> Response:
-    return _static("index.html", "text/html; charset=utf-8")
+    response = _static("index.html", "text/html; charset=utf-8")
+    response.headers["Content-Security-Policy"] = PAGE_CSP
+    return response
 
 
 @router.get("/demo-webui/", include_in_schema=False)

@@ -15,8 +15,13 @@ from slo_api.logs import request_id
 from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.request")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 STREAM_LABEL = "slo_api.metrics_route"  # a scope key: the route label for the request metrics
+# Any other method is counted as "other": a client must not mint label values at will.
+_METHODS = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 class RequestMiddleware:
@@ -33,7 +38,7 @@ class RequestMiddleware:
             return
         headers = dict(scope["headers"])
         sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = sent_id if _SAFE_ID.match(sent_id) else uuid.uuid4().hex
+        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else uuid.uuid4().hex
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
@@ -43,7 +48,11 @@ class RequestMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+                message["headers"] = [
+                    *message["headers"],
+                    (b"x-request-id", rid.encode()),
+                    _NOSNIFF,
+                ]
             await send(message)
 
         try:
@@ -58,12 +67,13 @@ class RequestMiddleware:
             route = scope.get("route")
             # A change stream lasts minutes: its own label keeps /config's latencies meaningful.
             template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], template, str(status)).inc()
-            self.metrics.latency.labels(scope["method"], template).observe(elapsed)
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(elapsed)
             if template not in ("/healthz", "/readyz", "/metrics"):
                 log.info(
                     "%s %s -> %d",
-                    scope["method"],
+                    method,
                     template,
                     status,
                     extra={"status": status, "duration_ms": round(elapsed * 1000, 1)},

@@ -22,12 +22,12 @@ from slo_api.api.schema import (
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.jsonbody import parse_object
+from slo_api.route_names import route_problem
 from slo_api.service import Result, Service, parse_if_match
 
 router = APIRouter()
 audit = logging.getLogger("slo_api.audit")
 
-MAX_ROUTE = 253
 RouteName = Annotated[str, Path(description="The route: an LLM or job serviceId, or a pool name.")]
 DryRun = Annotated[bool, Query(alias="dryRun", description="Validate fully; store nothing.")]
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="A strong ETag, or *.")]
@@ -41,10 +41,9 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _check_route(route: str) -> None:
-    if len(route) > MAX_ROUTE:
-        raise invalid(f"route names are at most {MAX_ROUTE} characters", field="route")
-    if any(ord(c) < 32 or ord(c) == 127 for c in route):
-        raise invalid("route names cannot contain control characters", field="route")
+    problem = route_problem(route)
+    if problem is not None:
+        raise invalid(problem, field="route")
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:

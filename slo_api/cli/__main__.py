@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
@@ -23,7 +24,8 @@ Command = Callable[[SloClient, argparse.Namespace], int]
 ENVIRONMENT_HELP = """\
 environment:
   SLO_API_URL    server base URL, e.g. http://localhost:8080 (or --server)
-  SLO_API_TOKEN  bearer token (or --token; the environment keeps it out of the process list)"""
+  SLO_API_TOKEN  bearer token (or --token-file, which keeps it out of the environment too;
+                 --token puts it in the process list)"""
 
 SET_HELP = """\
 keys (dotted paths as `sloctl get` shows them):
@@ -55,6 +57,12 @@ def _common_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--token", default=argparse.SUPPRESS, help="bearer token (default: $SLO_API_TOKEN)"
+    )
+    group.add_argument(
+        "--token-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="read the bearer token from a file; - for stdin",
     )
     group.add_argument(
         "--timeout",
@@ -167,6 +175,31 @@ def _dry_run(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """--token, else --token-file, else $SLO_API_TOKEN."""
+    token: str | None = getattr(args, "token", None)
+    path: str | None = getattr(args, "token_file", None)
+    if path is None:
+        return token or os.environ.get("SLO_API_TOKEN")
+    if token is not None:
+        raise usage("pass --token or --token-file, not both")
+    if path == "-" and getattr(args, "filename", None) == "-":
+        raise usage("stdin can hold the token or the bodies, not both: use a file for one")
+    where = "stdin" if path == "-" else path
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise usage(f"cannot read the token from {where}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise usage(f"cannot read the token from {where}: it is not UTF-8") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise usage(f"the token file {where} is empty")
+    if len(lines) > 1:
+        raise usage(f"the token file {where} must hold one line: the token")
+    return lines[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -174,13 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     server = getattr(args, "server", None) or os.environ.get("SLO_API_URL")
-    token = getattr(args, "token", None) or os.environ.get("SLO_API_TOKEN")
     args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
     args.output = getattr(args, "output", "table")
     handler: Command = args.handler
     try:
         if not server:
             raise usage("no server: pass --server or set SLO_API_URL")
+        token = _token(args)
         with SloClient(server, token, args.timeout) as client:
             return handler(client, args)
     except CliError as exc:

@@ -30,7 +30,7 @@ _EXIT_BY_STATUS = {
 }
 
 _HINTS = {
-    401: "pass --token or set SLO_API_TOKEN",
+    401: "pass --token-file (or --token) or set SLO_API_TOKEN",
     403: "the token may be read-only; writes need a write token",
 }
 

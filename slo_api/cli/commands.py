@@ -22,7 +22,8 @@ MAX_RETRIES = 3
 
 
 def warn(message: str) -> None:
-    print(f"sloctl: {message}", file=sys.stderr)
+    # Messages quote route names and the server's words: neither may steer the terminal.
+    print(f"sloctl: {output.printable(message)}", file=sys.stderr)
 
 
 def show(data: Any, fmt: str) -> None:
@@ -109,7 +110,7 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
         fields = changed_fields(before, after)
         if not fields:
             if args.output == "table":
-                print(f"{route}: unchanged, nothing sent")
+                print(f"{output.printable(route)}: unchanged, nothing sent")
             else:
                 show(before, args.output)
             return ExitCode.OK
@@ -135,7 +136,8 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
                 details=("hint: retry, or pass --force to write without If-Match",),
             ) from None
         if args.output == "table":
-            print(f"{route}: {'would be updated (dry run)' if args.dry_run else 'updated'}")
+            done = "would be updated (dry run)" if args.dry_run else "updated"
+            print(f"{output.printable(route)}: {done}")
             print("\n".join(output.changes(before, stored)) or "  (no visible change)")
         else:
             show(stored, args.output)
@@ -160,7 +162,8 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
             continue
         results.append(stored)
         if args.output == "table":
-            print(f"{route}: {'would be configured (dry run)' if args.dry_run else 'configured'}")
+            done = "would be configured (dry run)" if args.dry_run else "configured"
+            print(f"{output.printable(route)}: {done}")
     if args.output != "table" and results:
         show(results if many else results[0], args.output)
     return failure.exit_code if failure else ExitCode.OK
@@ -170,7 +173,8 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
     route: str = args.route
     result = client.delete(route, dry_run=args.dry_run)
     if args.output == "table":
-        print(f"{route}: {'would be reset (dry run)' if args.dry_run else 'reset to defaults'}")
+        done = "would be reset (dry run)" if args.dry_run else "reset to defaults"
+        print(f"{output.printable(route)}: {done}")
         return ExitCode.OK
     if result is None:
         # 204 carries no body; show what the route looks like now.
@@ -218,4 +222,4 @@ def report_error(error: CliError, prefix: str = "") -> None:
         text += f" (field: {error.field})"
     warn(text)
     for line in error.details:
-        print(f"  {line}", file=sys.stderr)
+        print(f"  {output.printable(line)}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,12 +14,49 @@ from slo_api.cli.keys import BOUND_FIELDS, METRIC_SECTIONS
 FORMATS = ("table", "json", "yaml")
 MISSING = "-"
 
+# What a terminal may act on rather than show: C0 and C1 controls (escape sequences, bells,
+# carriage returns), DEL, and the bidirectional overrides that reorder what is shown.
+_OTHER_UNSAFE = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x1f{_OTHER_UNSAFE}]")
+# In a JSON or YAML document newlines are its layout; inside strings the encoders escape them.
+_UNSAFE_IN_DOCUMENT = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHER_UNSAFE}]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with everything a terminal would act on shown as an escape (`\\x1b`)."""
+    return _UNSAFE.sub(lambda m: _escape(m.group()), text)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Double quotes wherever a character needs escaping: YAML has escapes only there.
+    style = '"' if _UNSAFE.search(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
 
 def dump(data: Any, fmt: str) -> str:
+    """JSON or YAML with every unsafe character escaped (both encoders leave some as is)."""
     if fmt == "yaml":
-        text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-        return text.rstrip("\n")
-    return json.dumps(data, indent=2, ensure_ascii=False)
+        text: str = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+        return _UNSAFE_IN_DOCUMENT.sub(_json_escape, text.rstrip("\n"))
+    # In JSON output such characters can only be inside strings, where \\uXXXX is one.
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    return _UNSAFE_IN_DOCUMENT.sub(_json_escape, text)
 
 
 def scalar(value: Any) -> str:
@@ -90,6 +128,7 @@ def _cell(value: Any) -> str:
 
 
 def columns(rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -159,7 +198,7 @@ def _is_metric_list(value: Any) -> bool:
 
 
 def key_values(pairs: Iterable[tuple[str, str]], indent: str = "") -> str:
-    pairs = list(pairs)
+    pairs = [(printable(key), printable(value)) for key, value in pairs]
     if not pairs:
         return ""
     width = max(len(key) for key, _ in pairs)

@@ -7,14 +7,17 @@ from slo_api.kinds.job import JobKind
 from slo_api.kinds.llm import LLMKind
 from slo_api.kinds.pool import PoolKind
 from slo_api.kube import Resource
-from slo_api.settings import Settings
+from slo_api.settings import Settings, group_list
 
 __all__ = ["Kind", "build_kinds"]
 
 
 def build_kinds(settings: Settings) -> list[Kind]:
+    llm, job, pool = (
+        group_list(g) for g in (settings.llm_group, settings.job_group, settings.pool_group)
+    )
     return [
-        LLMKind(Resource(settings.llm_group, settings.llm_version, settings.llm_plural)),
-        JobKind(Resource(settings.job_group, settings.job_version, settings.job_plural)),
-        PoolKind(Resource(settings.pool_group, settings.pool_version, settings.pool_plural)),
+        LLMKind(Resource(llm[0], settings.llm_version, settings.llm_plural), llm),
+        JobKind(Resource(job[0], settings.job_version, settings.job_plural), job),
+        PoolKind(Resource(pool[0], settings.pool_version, settings.pool_plural), pool),
     ]

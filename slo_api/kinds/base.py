@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from slo_api.errors import ApiError, invalid
+from slo_api.index import group_of
 from slo_api.kube import Resource
 
 Obj = dict[str, Any]
@@ -63,6 +63,33 @@ def replacing(new: Any, old: Any) -> Any:
     return new
 
 
+def merged(stored: Any, patch: Any) -> Any:
+    """`stored` with a JSON merge patch applied (RFC 7386)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(stored) if isinstance(stored, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
+
+
+def without_unchanged(patch: Obj, stored: Obj) -> Obj:
+    """The top-level fields of a spec patch that would change what is stored.
+
+    A client that echoes a whole body back sends every field it read; only what it changed is
+    written, so the audit line and the Event name what the client actually changed.
+    """
+    return {k: v for k, v in patch.items() if merged(stored.get(k), v) != stored.get(k)}
+
+
+def present(**fields: Any) -> Obj:
+    """The fields that are set: the original API left unset optional fields out of bodies."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def check_read_only(name: str, sent: Any, current: Any) -> None:
     if sent != current:
         raise invalid(
@@ -72,18 +99,108 @@ def check_read_only(name: str, sent: Any, current: Any) -> None:
         )
 
 
-_GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
-_UNIT_NS = {"ns": 1, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+# Go's time.ParseDuration, step for step, so slo-api stores only what a Go controller can read.
+_UNIT_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,  # MICRO SIGN
+    "\u03bcs": 1_000,  # GREEK SMALL LETTER MU
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_DIGITS = "0123456789"
+# The shape alone (ASCII digits, Go's units, an optional "+"), as the ModelPool CRD's pattern;
+# the range (at least 1ns, at most Go's longest duration) is checked by go_duration_ns.
+GO_DURATION_PATTERN = "^[+]?(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+$"
+_OVER = 1 << 63
+GO_DURATION_MAX = "2562047h47m16.854775807s"  # 1<<63 - 1 nanoseconds
 
 
-def go_duration_seconds(text: str) -> float | None:
-    """Seconds in a Go duration string (`90s`, `5m`, `1h30m`), or None if it is not one."""
-    if not _GO_DURATION.fullmatch(text):
+def _leading_int(text: str) -> tuple[int, str]:
+    i, x = 0, 0
+    while i < len(text) and text[i] in _DIGITS:
+        if x > _OVER // 10:
+            raise ValueError("overflow")
+        x = x * 10 + int(text[i])
+        if x > _OVER:
+            raise ValueError("overflow")
+        i += 1
+    return x, text[i:]
+
+
+def _leading_fraction(text: str) -> tuple[int, float, str]:
+    # Digits past what an int64 holds are read but ignored, as Go does.
+    i, x, scale, overflow = 0, 0, 1.0, False
+    while i < len(text) and text[i] in _DIGITS:
+        if not overflow:
+            if x > (_OVER - 1) // 10:
+                overflow = True
+            else:
+                y = x * 10 + int(text[i])
+                if y > _OVER:
+                    overflow = True
+                else:
+                    x, scale = y, scale * 10
+        i += 1
+    return x, scale, text[i:]
+
+
+def go_duration_ns(text: str) -> int | None:
+    """Nanoseconds in a Go duration string (`90s`, `5m`, `1h30m`), or None where Go errs."""
+    try:
+        return _parse_go_duration(text)
+    except ValueError:
         return None
-    total = 0.0
-    for number, unit in re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)", text):
-        total += float(number) * _UNIT_NS[unit]
-    return total / 1e9
+
+
+def _parse_go_duration(text: str) -> int:
+    s, negative = text, False
+    if s and s[0] in "+-":
+        negative, s = s[0] == "-", s[1:]
+    if s == "0":
+        return 0
+    if not s:
+        raise ValueError("invalid duration")
+    total = 0
+    while s:
+        if s[0] != "." and s[0] not in _DIGITS:
+            raise ValueError("invalid duration")
+        before = len(s)
+        whole, s = _leading_int(s)
+        has_whole = len(s) != before
+        fraction, scale, has_fraction = 0, 1.0, False
+        if s.startswith("."):
+            s = s[1:]
+            before = len(s)
+            fraction, scale, s = _leading_fraction(s)
+            has_fraction = len(s) != before
+        if not has_whole and not has_fraction:
+            raise ValueError("invalid duration")
+        i = 0
+        while i < len(s) and s[i] != "." and s[i] not in _DIGITS:
+            i += 1
+        unit = _UNIT_NS.get(s[:i]) if i else None
+        if unit is None:
+            raise ValueError("missing or unknown unit")
+        s = s[i:]
+        if whole > _OVER // unit:
+            raise ValueError("overflow")
+        whole *= unit
+        if fraction:
+            # float64 arithmetic, truncated toward zero, exactly as Go computes it.
+            whole += int(float(fraction) * (float(unit) / scale))
+            if whole > _OVER:
+                raise ValueError("overflow")
+        total += whole
+        if total > _OVER:
+            raise ValueError("overflow")
+    if negative:
+        return -total
+    if total > _OVER - 1:
+        raise ValueError("overflow")
+    return total
 
 
 class Kind(ABC):
@@ -91,13 +208,21 @@ class Kind(ABC):
 
     name: ClassVar[str]
     body_model: ClassVar[type[Body]]
-    # True when a write must see the CR as the API server has it now (pools check members).
-    reads_before_write: ClassVar[bool] = False
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
     groups_routes: ClassVar[bool] = False
 
-    def __init__(self, resource: Resource) -> None:
-        self.resource = resource
+    def __init__(self, resource: Resource, groups: Sequence[str] = ()) -> None:
+        # The API groups that may serve the kind, most preferred first; `resource` is the
+        # kind under the first of them. The version and plural are the same in every group.
+        self.groups = tuple(groups) or (resource.group,)
+        self.resources = {
+            group: Resource(group, resource.version, resource.plural) for group in self.groups
+        }
+        self.resource = self.resources[self.groups[0]]
+
+    def resource_of(self, obj: Obj) -> Resource:
+        """Where a CR the index holds lives: the group of its apiVersion (writes go there)."""
+        return self.resources.get(group_of(obj), self.resource)
 
     @abstractmethod
     def route_of(self, obj: Obj) -> str: ...
@@ -116,6 +241,10 @@ class Kind(ABC):
     @abstractmethod
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         """The `spec` part of the merge patch for a validated body."""
+
+    def changes(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
+        """The `spec` patch of a body against `current`, without fields it leaves as they are."""
+        return without_unchanged(self.spec_patch(body, current, pools), spec(current))
 
     @abstractmethod
     def reset_patch(self, current: Obj) -> Obj:

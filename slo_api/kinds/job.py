@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from slo_api.errors import invalid
-from slo_api.kinds.base import Body, Obj, PoolLookup, spec
+from slo_api.kinds.base import Body, Obj, PoolLookup, present, spec
 from slo_api.kinds.slo import INT32_MAX, BoundValue, SLOBody, SLOKind
 
 
@@ -45,8 +45,8 @@ class JobKind(SLOKind):
         queue = spec(obj).get("queue") or {}
         return {
             **self.common(obj),
-            "queue": {"maxDepth": queue.get("maxDepth", 0), "promql": queue.get("promql")},
-            "pool": self.pool_view(obj, pools),
+            "queue": {"maxDepth": queue.get("maxDepth", 0), **present(promql=queue.get("promql"))},
+            **present(pool=self.pool_view(obj, pools)),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:

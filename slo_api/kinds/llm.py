@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from slo_api.kinds.base import Body, Obj, PoolLookup, spec
+from slo_api.kinds.base import Body, Obj, PoolLookup, present, spec
 from slo_api.kinds.slo import BoundValue, SLOBody, SLOKind, sections_patch
 
 INT64_MAX = 2**63 - 1
@@ -67,9 +67,7 @@ class LLMKind(SLOKind):
         s = spec(obj)
         return {
             **self.common(obj),
-            "ttft": s.get("ttft"),
-            "otps": s.get("otps"),
-            "pool": self.pool_view(obj, pools),
+            **present(ttft=s.get("ttft"), otps=s.get("otps"), pool=self.pool_view(obj, pools)),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:

@@ -8,12 +8,15 @@ from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
+    GO_DURATION_MAX,
+    GO_DURATION_PATTERN,
     Body,
     Kind,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_seconds,
+    go_duration_ns,
+    present,
     spec,
 )
 
@@ -23,19 +26,30 @@ _NULLABLE = ("default", "reclaimAfter")
 def _positive_duration(value: str | None) -> str | None:
     if value is None:
         return value
-    seconds = go_duration_seconds(value)
-    if seconds is None:
-        raise ValueError("must be a Go duration such as 45s, 5m or 1h30m")
-    if seconds <= 0:
-        raise ValueError("must be longer than zero")
+    ns = go_duration_ns(value)
+    if ns is None:
+        raise ValueError(
+            "must be a Go duration such as 45s, 5m or 1h30m (ASCII digits; units ns, us, ms, "
+            f"s, m, h), at most {GO_DURATION_MAX}"
+        )
+    if ns < 1:
+        raise ValueError("must be at least 1ns")
     return value
+
+
+_DURATION = Field(
+    max_length=64,
+    description=f"A Go duration from 1ns to {GO_DURATION_MAX}, such as 45s, 5m or 1h30m.",
+    # Documented only: the validator below checks the shape and the range in one go.
+    json_schema_extra={"pattern": GO_DURATION_PATTERN},
+)
 
 
 class PoolSettings(Body):
     default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     swapPolicy: Literal["sticky", "reclaim"] | None = None
-    swapBudget: Annotated[str, Field(max_length=64)] | None = None
-    reclaimAfter: Annotated[str, Field(max_length=64)] | None = None
+    swapBudget: Annotated[str, _DURATION] | None = None
+    reclaimAfter: Annotated[str, _DURATION] | None = None
     members: list[str] | None = Field(None, description="Read-only.")
     gpu: int | None = Field(None, description="Read-only.")
 
@@ -49,7 +63,10 @@ class MemberStatus(Body):
 
 
 class PoolStatus(Body):
-    """Read-only: what the pool controller last reported."""
+    """Read-only: what the pool controller last reported.
+
+    It changes on its own during swaps, so an echoed copy is ignored (never compared).
+    """
 
     phase: str | None = None
     residentMember: str | None = None
@@ -94,7 +111,6 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
-    reads_before_write = True
     groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
@@ -107,11 +123,13 @@ class PoolKind(Kind):
         s = spec(obj)
         return {
             "members": members(obj),
-            "default": s.get("default") or None,
-            "swapPolicy": s.get("swapPolicy"),
-            "swapBudget": s.get("swapBudget"),
-            "reclaimAfter": s.get("reclaimAfter") or None,
-            "gpu": s.get("gpu"),
+            **present(
+                default=s.get("default") or None,
+                swapPolicy=s.get("swapPolicy"),
+                swapBudget=s.get("swapBudget"),
+                reclaimAfter=s.get("reclaimAfter") or None,
+                gpu=s.get("gpu"),
+            ),
         }
 
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
@@ -127,16 +145,15 @@ class PoolKind(Kind):
         return {
             "route": self.route_of(obj),
             "kind": self.name,
-            "swapPolicy": s.get("swapPolicy"),
-            "swapBudget": s.get("swapBudget"),
-            "residentMember": status_view(obj)["residentMember"],
+            **present(
+                swapPolicy=s.get("swapPolicy"),
+                swapBudget=s.get("swapBudget"),
+                residentMember=status_view(obj)["residentMember"],
+            ),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         assert isinstance(body, PoolBody)
-        if "status" in body.model_fields_set:
-            sent = body.status.model_dump() if body.status is not None else None
-            check_read_only("status", sent, status_view(current))
         if "pool" not in body.model_fields_set:
             return {}
         if body.pool is None:
@@ -147,7 +164,7 @@ class PoolKind(Kind):
         for name in sorted(settings.model_fields_set):
             value: Any = getattr(settings, name)
             if name in ("members", "gpu"):
-                check_read_only(f"pool.{name}", value, stored[name])
+                check_read_only(f"pool.{name}", value, stored.get(name))
             elif value is None and name not in _NULLABLE:
                 raise invalid(
                     f"pool.{name} cannot be null (DELETE resets it)", field=f"pool.{name}"
@@ -155,7 +172,13 @@ class PoolKind(Kind):
             else:
                 patch[name] = value
         default = patch.get("default")
-        if default is not None and default not in stored["members"]:
+        # Only a changed default is checked: one echoed unchanged is not the client's wish,
+        # even if the deployer has since removed that member.
+        if (
+            default is not None
+            and default != stored.get("default")
+            and (default not in stored["members"])
+        ):
             raise invalid(
                 f"pool.default must name a current member ({', '.join(stored['members'])})",
                 field="pool.default",

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from slo_api.errors import invalid
-from slo_api.kinds.base import Body, Kind, Obj, PoolLookup, check_read_only, replacing, spec
+from slo_api.kinds.base import Body, Kind, Obj, PoolLookup, present, replacing, spec
 
 HIGH_PRIORITY = 10
 INT32_MAX = 2**31 - 1
@@ -16,7 +16,11 @@ Priority = Annotated[int, Field(ge=0, le=10)]
 
 
 class PoolView(Body):
-    """Read-only: the ModelPool this route is a member of."""
+    """Read-only: the ModelPool this route is a member of.
+
+    It changes on its own during swaps, so an echoed copy is ignored, as Kubernetes ignores
+    `status` in an update of the main resource.
+    """
 
     route: str
     resident: bool
@@ -53,8 +57,10 @@ class SLOKind(Kind):
             "kind": self.name,
             "highPriority": priority == HIGH_PRIORITY,
             "priority": priority,
-            "minimumDeployment": _bound(s.get("minimumDeployment")),
-            "maximumDeployment": _bound(s.get("maximumDeployment")),
+            **present(
+                minimumDeployment=_bound(s.get("minimumDeployment")),
+                maximumDeployment=_bound(s.get("maximumDeployment")),
+            ),
         }
 
     def summary(self, obj: Obj) -> Obj:
@@ -65,13 +71,10 @@ class SLOKind(Kind):
         return pools(str(meta.get("namespace", "")), self.route_of(obj))
 
     def common_patch(self, body: SLOBody, current: Obj, pools: PoolLookup) -> Obj:
-        """Priority and bounds; read-only `pool` checked against the current membership."""
+        """Priority and bounds. An echoed `pool` is ignored: it changes on its own."""
         fields = body.model_fields_set
-        if "pool" in fields:
-            sent = body.pool.model_dump() if body.pool is not None else None
-            check_read_only("pool", sent, self.pool_view(current, pools))
         patch: Obj = {}
-        priority = self._priority(body)
+        priority = self._priority(body, spec(current).get("priority", 0))
         if priority is not None:
             patch["priority"] = priority
         for name in ("minimumDeployment", "maximumDeployment"):
@@ -85,24 +88,42 @@ class SLOKind(Kind):
         return patch
 
     @staticmethod
-    def _priority(body: SLOBody) -> int | None:
+    def _priority(body: SLOBody, stored: int) -> int | None:
+        """The priority to write, as the client meant it, or None to leave it.
+
+        Clients of the original API know only `highPriority`, and many send back everything
+        they read: a value equal to what is stored counts as echoed, not as a wish.
+        """
         fields = body.model_fields_set
         if "highPriority" in fields and body.highPriority is None:
             raise invalid("highPriority must be true or false", field="highPriority")
         if "priority" in fields and body.priority is None:
             raise invalid("priority must be an integer from 0 to 10", field="priority")
         high, priority = body.highPriority, body.priority
-        if high is None:
+        high_changed = high is not None and high != (stored == HIGH_PRIORITY)
+        priority_changed = priority is not None and priority != stored
+        if high_changed and priority_changed:
+            assert priority is not None
+            if high != (priority == HIGH_PRIORITY):
+                message = (
+                    f"highPriority {str(high).lower()} disagrees with priority {priority} "
+                    "(true goes with 10, false with 0 to 9)"
+                )
+                raise invalid(
+                    message,
+                    field="highPriority",
+                    causes=[
+                        {"field": "highPriority", "message": message},
+                        {"field": "priority", "message": message},
+                    ],
+                )
             return priority
-        if priority is None:
+        if priority_changed:
+            return priority
+        if high_changed:
+            # false lowers only "high" (10) to 0; a tier 1..9 that someone chose stays.
             return HIGH_PRIORITY if high else 0
-        if high != (priority == HIGH_PRIORITY):
-            raise invalid(
-                f"highPriority {str(high).lower()} disagrees with priority {priority} "
-                "(true goes with 10, false with 0 to 9)",
-                field="highPriority",
-            )
-        return priority
+        return None
 
     def reset_patch(self, current: Obj) -> Obj:
         return {

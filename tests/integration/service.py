@@ -60,6 +60,22 @@ class RunningService:
     def indexed(self, route: str) -> list[Any]:
         return self.runtime.index.claims(route)
 
+    @contextlib.asynccontextmanager
+    async def watches_held(self) -> AsyncIterator[None]:
+        """The index stops following the API server, as while a watch backs off after an
+        outage (what it holds stays); the watches start again (relisting) afterwards."""
+        held = [(watch, key) for watch in self.runtime.informers for key in watch._tasks]
+        tasks = [watch._tasks[key] for watch, key in held]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            yield
+        finally:
+            for watch, key in held:
+                watch._start(*key)
+            await self.eventually(self.runtime.ready, what="readiness")
+
 
 @contextlib.asynccontextmanager
 async def running(kubeconfig: Path, **overrides: Any) -> AsyncIterator[RunningService]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controlplane.admin import Admin, AdminError
@@ -152,3 +154,38 @@ def test_slo_api_service_account_has_exactly_its_verbs(
         assert secrets.value.status == 403
     finally:
         sa.close()
+
+
+GO_DURATIONS_ACCEPTED = ["300s", "1h30m", "1.5h", ".5s", "1.s", "1\u00b5s", "1\u03bcs", "+5m"]
+GO_DURATIONS_REFUSED = ["\u0663s", "\uff13s", "5", "1d", "-5m", "5 m", "", ".s", "1S", "1h-1m"]
+
+
+@pytest.mark.parametrize("field", ["swapBudget", "reclaimAfter"])
+def test_modelpool_durations_have_go_s_shape(admin: Admin, namespace: str, field: str) -> None:
+    for number, value in enumerate(GO_DURATIONS_ACCEPTED):
+        stored = admin.create(
+            crs.pool(namespace, f"ok-{field.lower()}-{number}", ["a"], **{field: value})
+        )
+        assert stored["spec"][field] == value
+    for value in GO_DURATIONS_REFUSED:
+        error = _refusal(
+            admin, crs.pool(namespace, f"bad-{field.lower()}", ["a"], **{field: value})
+        )
+        assert error.status == 422, value
+        assert any(c["field"] == f"spec.{field}" for c in error.body["details"]["causes"]), value
+
+
+@pytest.mark.parametrize("build", [crs.llm, crs.job])
+def test_service_ids_follow_the_route_name_rule(admin: Admin, namespace: str, build: Any) -> None:
+    longest = "s" * 253
+    assert (
+        admin.create(build(namespace, "longest", service_id=longest))["spec"]["serviceId"]
+        == longest
+    )
+    for number, service_id in enumerate(
+        ["s" * 254, "tab\there", "new\nline", "bell\x07", "del\x7f"]
+    ):
+        error = _refusal(admin, build(namespace, f"bad-{number}", service_id=service_id))
+        assert error.status == 422, repr(service_id)
+        causes = error.body["details"]["causes"]
+        assert any(c["field"] == "spec.serviceId" for c in causes), causes

@@ -61,7 +61,11 @@ async def test_json_logs_carry_request_ids_and_one_audit_line_per_write(
     admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
 ) -> None:
     route = f"logged-{namespace}"
-    admin.create(crs.llm(namespace, "logged", service_id=route))
+    admin.create(
+        crs.llm(
+            namespace, "logged", service_id=route, maximumDeployment={"type": "replica", "value": 3}
+        )
+    )
     process = await start_process(slo_api_kubeconfig, tmp_path)
     try:
         auth = {"Authorization": f"Bearer {TOKEN}", "X-Request-Id": "req-42"}
@@ -127,6 +131,10 @@ async def test_metrics_move_with_requests_and_watch_events(
     written = (await service.client.get("/metrics")).text
     assert sample(written, "slo_api_writes_total", kind="llm", outcome="200") >= 1
     assert sample(after, "slo_api_index_objects", kind="llm") >= 1
+    # The index's size estimate follows what it holds: at least the encoded CRs.
+    assert sample(after, "slo_api_index_estimated_bytes") >= 400 * sample(
+        after, "slo_api_index_objects", kind="llm"
+    )
     assert route not in after
     assert TOKEN not in after
 

@@ -80,22 +80,34 @@ promql = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=
 )
 
 
+STORED = "stored priority"
+
+
 @st.composite
 def priority_fields(draw: st.DrawFn) -> tuple[Obj, Obj]:
-    """(what is sent, what a read must say)."""
+    """(what is sent, what a read must say). The rules depend on the stored priority, so
+    `read[STORED]` says what to store first."""
+    stored = draw(st.integers(0, 10))
     how = draw(st.sampled_from(["none", "high", "priority", "both"]))
     if how == "none":
-        return {}, {}
+        return {}, {STORED: stored, "priority": stored}
     if how == "high":
         high = draw(st.booleans())
-        return {"highPriority": high}, {"highPriority": high, "priority": 10 if high else 0}
+        # false lowers only 10; a tier 1..9 stays.
+        written = 10 if high else (0 if stored == 10 else stored)
+        return {"highPriority": high}, {
+            STORED: stored,
+            "highPriority": written == 10,
+            "priority": written,
+        }
     if how == "priority":
         value = draw(st.integers(0, 10))
-        return {"priority": value}, {"highPriority": value == 10, "priority": value}
+        return {"priority": value}, {STORED: stored, "highPriority": value == 10, "priority": value}
+    # An agreeing pair always means its priority, whichever of the two changed.
     high = draw(st.booleans())
     value = 10 if high else draw(st.integers(0, 9))
     sent = {"highPriority": high, "priority": value}
-    return sent, dict(sent)
+    return sent, {STORED: stored, **sent}
 
 
 def bound(type_: str | None, value: int) -> Obj:
@@ -247,9 +259,9 @@ def broken(draw: st.DrawFn, kind: str, route: str) -> tuple[Obj, str]:
         body["highPriority"] = draw(not_an_int.filter(lambda v: not isinstance(v, bool)))
         return body, "highPriority"
     if mistake == "disagree":
-        high = draw(st.booleans())
-        body["highPriority"] = high
-        body["priority"] = draw(st.integers(0, 9)) if high else 10
+        # Both changed from what is stored (see `disagreeing`) and disagreeing.
+        body["highPriority"] = True
+        body["priority"] = draw(st.integers(0, 9))
         return body, "highPriority"
     if mistake.startswith("min."):
         body.pop("maximumDeployment", None)
@@ -362,13 +374,21 @@ def routes(
 
 
 def read_field(body: Obj, path: str) -> Any:
+    """The field at a dotted path; None when it is absent (unset fields are left out, never
+    sent as null)."""
     value: Any = body
     for part in path.split("."):
-        value = value[part]
+        assert value.get(part, "unset") is not None, (path, body)
+        value = value.get(part)
+        if value is None:
+            return None
     return value
 
 
 def round_trip(live: Live, route: str, sent: Obj, expected: Obj) -> None:
+    expected = dict(expected)
+    stored = live.client.put(f"/routes/{route}", json={"priority": expected.pop(STORED)})
+    assert stored.status_code == 200, stored.text
     written = live.client.put(f"/routes/{route}", json=sent)
     assert written.status_code == 200, (sent, written.text)
     read = live.client.get(f"/routes/{route}")
@@ -376,6 +396,14 @@ def round_trip(live: Live, route: str, sent: Obj, expected: Obj) -> None:
     for name, value in expected.items():
         assert read_field(read.json(), name) == value, (name, sent, read.json())
         assert read_field(written.json(), name) == value, (name, sent, written.json())
+
+
+def disagreeing(admin: Admin, kind: tuple[str, str], namespace: str, name: str, body: Obj) -> None:
+    """For a `highPriority: true` sent with a priority below 10: store a priority that differs
+    from both, so both count as changed (one equal to the stored value would be an echo)."""
+    if body.get("highPriority") is True and isinstance(body.get("priority"), int):
+        stored = (body["priority"] + 1) % 10
+        admin.merge_patch(*kind, namespace, name, {"spec": {"priority": stored}})
 
 
 def refused(
@@ -431,6 +459,7 @@ def test_any_invalid_llm_body_is_a_400_naming_the_field_and_changes_nothing(
 ) -> None:
     live, namespace, llm, _ = routes
     body, field = data.draw(broken("llm", llm))
+    disagreeing(admin, (crs.SLO, "LLMSLORequirement"), namespace, "chat", body)
     refused(admin, live, (crs.SLO, "LLMSLORequirement"), namespace, "chat", llm, body, field)
 
 
@@ -441,4 +470,5 @@ def test_any_invalid_job_body_is_a_400_naming_the_field_and_changes_nothing(
 ) -> None:
     live, namespace, _, job = routes
     body, field = data.draw(broken("job", job))
+    disagreeing(admin, (crs.SLO, "JobSLORequirement"), namespace, "render", body)
     refused(admin, live, (crs.SLO, "JobSLORequirement"), namespace, "render", job, body, field)

@@ -22,13 +22,14 @@ import yaml
 
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
-from slo_api.watching import Informer
+from slo_api.groups import KindWatch
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 
 pytestmark = pytest.mark.integration
 
 JOB_CRD = "jobslorequirements.inference.modelsphere.dev"
+JOB_GROUPS = ["inference.modelsphere.dev", "inference.x-k8s.io"]
 LLM = (crs.SLO, "LLMSLORequirement")
 JOB = (crs.SLO, "JobSLORequirement")
 
@@ -51,6 +52,17 @@ def restarts(service: RunningService, kind: str, reason: str) -> float:
     return sample(service, "slo_api_watch_restarts_total", kind=kind, reason=reason)
 
 
+def upstream_calls(service: RunningService, verb: str) -> float:
+    registry = service.runtime.metrics.registry
+    return sum(
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "slo_api_upstream_requests"
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("verb") == verb
+    )
+
+
 def uids(service: RunningService, route: str) -> list[str]:
     return [obj["metadata"]["uid"] for _, obj in service.indexed(route)]
 
@@ -63,8 +75,22 @@ def names(service: RunningService, plural: str, namespace: str) -> set[str]:
     }
 
 
-def informer(service: RunningService, kind: str) -> Informer:
+def informer(service: RunningService, kind: str) -> KindWatch:
     return next(i for i in service.runtime.informers if i.kind.name == kind)
+
+
+def job_state(*, present: bool, objects: int) -> dict[str, object]:
+    """The job kind in /readyz, served under the new group or not at all."""
+    served = JOB_GROUPS[:1] if present else []
+    return {
+        "synced": True,
+        "present": present,
+        "objects": objects,
+        "groups": JOB_GROUPS,
+        "served": served,
+        "watched": served,
+        "leftovers": 0,
+    }
 
 
 def install_job_crd(admin: Admin) -> None:
@@ -312,6 +338,28 @@ async def test_managed_fields_are_not_stored_from_lists_or_events(
             assert obj["metadata"]["uid"], route  # the rest of metadata is kept
 
 
+async def test_lists_are_streamed_through_watches(
+    slo_api_kubeconfig: Path, admin: Admin, namespace: str
+) -> None:
+    routes = [f"{namespace}-s{i}" for i in range(30)]
+    for i, route in enumerate(routes):
+        admin.create(crs.llm(namespace, f"s{i}", service_id=route, priority=i % 11))
+    async with running(slo_api_kubeconfig) as service:
+        for route in routes:
+            [(_, obj)] = service.indexed(route)
+            assert obj["spec"]["serviceId"] == route
+            assert "managedFields" not in obj["metadata"]
+        # Each kind's first list came as the initial events of a watch (sendInitialEvents),
+        # never a paged list: neither side held the whole list at once.
+        assert upstream_calls(service, "list") == 0
+        assert relists(service, "llm") >= 1
+        # And the watch that followed is live.
+        admin.merge_patch(*LLM, namespace, "s0", {"spec": {"priority": 9}})
+        await service.eventually(
+            lambda: service.indexed(routes[0])[0][1]["spec"]["priority"] == 9, what="an update"
+        )
+
+
 # -- outages (own cluster) ---------------------------------------------------------------------
 
 
@@ -360,6 +408,8 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         )
         relists_before = relists(service, "llm")
         expired_before = restarts(service, "llm", "expired")
+        # The first lists were streamed through watches, not paged.
+        assert upstream_calls(service, "list") == 0
 
         # slo-api loses the API server; meanwhile CRs change, the API server restarts with a
         # fresh watch cache, and etcd forgets the history slo-api would resume from.
@@ -385,6 +435,8 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         # It relisted because the watch it resumed was refused with 410 (Expired), the way
         # client-go's reflector recovers, not because a broken connection forced a relist.
         assert restarts(service, "llm", "expired") > expired_before
+        # After a 410 the relist pages through etcd, as client-go's reflector does.
+        assert upstream_calls(service, "list") > 0
         assert (await service.get("/readyz")).status_code == 200
 
 
@@ -393,6 +445,10 @@ async def test_a_silent_connection_is_reconnected_without_a_relist(
 ) -> None:
     ns = own_namespace
     async with running(gated_kubeconfig, watch_inactivity_seconds=2) as service:
+        # Ready means listed; an event after that proves the watch itself is open, so the
+        # black hole below catches it (and not a watch still being opened).
+        own_admin.create(crs.llm(ns, "early", service_id=f"{ns}-early"))
+        await service.eventually(lambda: service.indexed(f"{ns}-early"), what="the watch open")
         relists_before = relists(service, "llm")
         gate.black_hole()  # slo-api's open watches go quiet and never close
         own_admin.create(crs.llm(ns, "late", service_id=f"{ns}-late"))
@@ -419,7 +475,7 @@ async def test_a_missing_crd_is_ready_as_absent_and_picked_up_when_installed(
         ready = await service.get("/readyz")
         assert ready.status_code == 200, ready.text
         kinds = ready.json()["kinds"]
-        assert kinds["job"] == {"synced": True, "present": False, "objects": 0}
+        assert kinds["job"] == job_state(present=False, objects=0)
         assert kinds["llm"]["present"] is True
         assert sample(service, "slo_api_kind_present", kind="job") == 0.0
         assert service.indexed(f"{ns}-llm")
@@ -431,7 +487,7 @@ async def test_a_missing_crd_is_ready_as_absent_and_picked_up_when_installed(
         assert informer(service, "job").present
         assert (await service.get(f"/routes/{route}")).status_code == 200
         ready = await service.get("/readyz")
-        assert ready.json()["kinds"]["job"] == {"synced": True, "present": True, "objects": 1}
+        assert ready.json()["kinds"]["job"] == job_state(present=True, objects=1)
 
 
 async def test_a_crd_deleted_while_watched_empties_only_its_kind(
@@ -453,7 +509,7 @@ async def test_a_crd_deleted_while_watched_empties_only_its_kind(
         assert service.indexed(f"{ns}-llm")
         ready = await service.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json()["kinds"]["job"] == {"synced": True, "present": False, "objects": 0}
+        assert ready.json()["kinds"]["job"] == job_state(present=False, objects=0)
 
         # Installed again, it is found again.
         await asyncio.to_thread(install_job_crd, own_admin)

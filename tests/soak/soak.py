@@ -203,8 +203,9 @@ def _index_vs_cluster(runtime: Runtime, admin: Admin) -> list[str]:
 
 
 async def _force_relists(runtime: Runtime) -> None:
-    for informer in runtime.informers:
-        await informer._list()
+    for watch in runtime.informers:
+        for informer in list(watch.informers.values()):
+            await informer._list()
 
 
 def _percentile(values: list[float], share: float) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from slo_api.kube import KubeError, Resource
@@ -32,6 +32,8 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.rv = 100
         self.missing: set[str] = set()
+        # API groups discovery says serve every plural that is not missing.
+        self.groups = {"inference.modelsphere.dev", "inference.llmkube.dev"}
         self.fail_next: KubeError | None = None
         self.patches: list[tuple[str, Obj, bool]] = []
         self.closed = False
@@ -60,6 +62,12 @@ class FakeKube:
         items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
 
+    async def served(self, group: str, version: str) -> set[str]:
+        if group not in self.groups:
+            return set()
+        plurals = {"llmslorequirements", "jobslorequirements", "modelpools"}
+        return plurals - self.missing
+
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         self._fault()
         obj = self.objects.get((res.plural, namespace, name))
@@ -75,9 +83,11 @@ class FakeKube:
         if key not in self.objects:
             raise KubeError(404, "NotFound", "not found", is_status=True)
         self.patches.append((res.plural, copy.deepcopy(patch), dry_run))
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted and wanted != self.objects[key]["metadata"]["resourceVersion"]:
-            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        wanted = patch.get("metadata") or {}
+        stored = self.objects[key]["metadata"]
+        for precondition in ("resourceVersion", "uid"):
+            if wanted.get(precondition) and wanted[precondition] != stored[precondition]:
+                raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
         merged: Obj = merge(self.objects[key], {k: v for k, v in patch.items() if k != "metadata"})
         if dry_run:
             return merged
@@ -86,7 +96,23 @@ class FakeKube:
         self.objects[key] = merged
         return copy.deepcopy(merged)
 
-    async def watch(self, res: Resource, **_: Any) -> AsyncIterator[Obj]:
+    async def watch(
+        self, res: Resource, *, initial_events: bool = False, **_: Any
+    ) -> AsyncGenerator[Obj, None]:
+        if initial_events:
+            # A list streamed as a watch's initial events, as a current API server sends it.
+            page = await self.list(res)
+            for obj in page["items"]:
+                yield {"type": "ADDED", "object": obj}
+            yield {
+                "type": "BOOKMARK",
+                "object": {
+                    "metadata": {
+                        "resourceVersion": page["metadata"]["resourceVersion"],
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    }
+                },
+            }
         await asyncio.Event().wait()
         yield {}
 

@@ -13,6 +13,8 @@ from slo_api.kube import KubeError, Resource
 from tests.unit.conftest import AUTH, TOKEN, Started, llm_cr
 from tests.unit.fakes import FakeKube
 
+READ_TOKEN, WRITE_TOKEN = "read-token-000001", "write-token-00001"
+
 
 async def _ready(client: object, app: object) -> None:
     for _ in range(200):
@@ -107,7 +109,15 @@ async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None
     async with start(kube) as (client, app):
         await _ready(client, app)
         body = (await client.get("/readyz")).json()
-        assert body["kinds"]["job"] == {"synced": True, "present": False, "objects": 0}
+        assert body["kinds"]["job"] == {
+            "synced": True,
+            "present": False,
+            "objects": 0,
+            "groups": ["inference.modelsphere.dev", "inference.x-k8s.io"],
+            "served": [],
+            "watched": [],
+            "leftovers": 0,
+        }
 
 
 @pytest.mark.parametrize(
@@ -248,18 +258,18 @@ async def test_a_read_token_reads_but_gets_403_on_writes(start: Started, tmp_pat
     from pathlib import Path
 
     tokens = Path(str(tmp_path)) / "tokens"
-    tokens.write_text("r-token read\nw-token write\n")
+    tokens.write_text(f"{READ_TOKEN} read\n{WRITE_TOKEN} write\n")
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
     async with start(kube, slo_api_token=None, slo_api_tokens_file=tokens) as (client, app):
         await _ready(client, app)
-        read = {"Authorization": "Bearer r-token"}
+        read = {"Authorization": f"Bearer {READ_TOKEN}"}
         assert (await client.get("/routes/a", headers=read)).status_code == 200
         put = await client.put("/routes/a", json={"priority": 1}, headers=read)
         assert put.status_code == 403
         assert put.json()["error"]["code"] == "forbidden"
         assert (await client.delete("/routes/a", headers=read)).status_code == 403
         assert kube.patches == []
-        write = {"Authorization": "Bearer w-token"}
+        write = {"Authorization": f"Bearer {WRITE_TOKEN}"}
         assert (
             await client.put("/routes/a", json={"priority": 1}, headers=write)
         ).status_code == 200
@@ -275,3 +285,34 @@ async def test_the_demo_page_and_its_assets_are_served_without_a_token(start: St
         slash = await client.get("/demo-webui/")
         assert slash.status_code == 307
         assert slash.headers["location"] == "../demo-webui"
+
+
+async def test_a_broken_tokens_file_shows_in_readyz_and_metrics_and_is_never_a_500(
+    start: Started, tmp_path: object
+) -> None:
+    import os
+    import time
+    from pathlib import Path
+
+    tokens = Path(str(tmp_path)) / "tokens"
+    tokens.write_text(f"{READ_TOKEN} read\n")
+    async with start(slo_api_tokens_file=tokens) as (client, app):
+        await _ready(client, app)
+        ready = (await client.get("/readyz")).json()
+        assert ready["tokensFile"] == {"ok": True}
+        assert "slo_api_tokens_file_ok 1.0" in (await client.get("/metrics")).text
+        tokens.write_bytes(b"\xff not utf-8\n")
+        os.utime(tokens, (time.time() + 5, time.time() + 5))
+        read = {"Authorization": f"Bearer {READ_TOKEN}"}
+        assert (await client.get("/routes/a", headers=read)).status_code == 404
+        assert (await client.get("/routes/a", headers=AUTH)).status_code == 404
+        ready = (await client.get("/readyz")).json()
+        assert ready["tokensFile"]["ok"] is False
+        assert "UTF-8" in ready["tokensFile"]["problem"]
+        metrics = (await client.get("/metrics")).text
+        assert "slo_api_tokens_file_ok 0.0" in metrics
+        assert 'slo_api_tokens_file_reload_failures_total{reason="invalid"} 1.0' in metrics
+        tokens.unlink()
+        assert (await client.get("/routes/a", headers=read)).status_code == 401
+        metrics = (await client.get("/metrics")).text
+        assert 'slo_api_tokens_file_reload_failures_total{reason="unreadable"} 1.0' in metrics

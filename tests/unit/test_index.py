@@ -229,6 +229,21 @@ def test_write_through_stores_a_newer_version_of_the_same_cr() -> None:
     assert not index.upsert(LLM, cr("ns", "svc", "r", rv=1))
 
 
+def test_write_through_skips_versions_it_cannot_compare() -> None:
+    index = make_index()
+    stored = cr("ns", "svc", "r", rv=5, priority=2)
+    index.upsert(LLM, stored)
+    unknown = cr("ns", "svc", "r", priority=1)
+    unknown["metadata"]["resourceVersion"] = "not-a-number"
+    # The watch delivers that version anyway; a guess could roll the index back.
+    assert not index.write_through(LLM, unknown)
+    assert index.get(LLM, "ns", "svc") == stored
+    index.upsert(LLM, unknown)  # from the watch, it is taken as it comes
+    odd = cr("ns", "svc", "r", rv=7, priority=3)
+    assert not index.write_through(LLM, odd)
+    assert index.get(LLM, "ns", "svc") == unknown
+
+
 # -- relists -------------------------------------------------------------------------------
 
 
@@ -371,3 +386,25 @@ def test_routes_and_claims_always_match_the_stored_objects(ops: list[tuple[Any, 
             fresh = {name: cr("n1", name, route) for name, route in items}
             index.replace(plural, fresh.values())
         check_consistent(index)
+
+
+def test_unaddressable_routes_are_neither_listed_nor_claimed() -> None:
+    index = make_index()
+    unaddressable = ["r" * 254, "tab\there", "line\nbreak", "del\x7f"]
+    for number, route in enumerate(unaddressable):
+        index.upsert(LLM, cr("ns", f"bad-{number}", route, rv=number + 1))
+    index.upsert(JOB, cr("ns", "job-bad", "x" * 300))
+    index.upsert(LLM, cr("ns", "longest", "r" * 253))
+    assert index.routes() == ["r" * 253]
+    assert index.routes("llm") == ["r" * 253]
+    assert index.routes("job") == []
+    for route in [*unaddressable, "x" * 300]:
+        assert index.claims(route) == []
+    # A CR that changes to an addressable serviceId is listed; back again, it is not.
+    index.upsert(LLM, cr("ns", "bad-1", "fixed", rv=10))
+    assert index.routes() == ["fixed", "r" * 253]
+    index.upsert(LLM, cr("ns", "bad-1", "tab\tagain", rv=11))
+    assert index.routes() == ["r" * 253]
+    assert index.claims("fixed") == []
+    index.replace(LLM, [cr("ns", "bad-0", "r" * 254, rv=12), cr("ns", "ok", "ok", rv=13)])
+    assert index.routes() == ["ok"]

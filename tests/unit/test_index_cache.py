@@ -23,7 +23,7 @@ LLM, JOB, POOL = "llmslorequirements", "jobslorequirements", "modelpools"
 
 
 def make_service() -> Service:
-    kinds = build_kinds(Settings(slo_api_token="unit-token"))
+    kinds = build_kinds(Settings(slo_api_token="unit-write-token"))
     return Service(None, kinds, Service.index_for(kinds))  # type: ignore[arg-type]
 
 
@@ -247,3 +247,26 @@ def test_cached_pages_always_equal_freshly_built_ones(ops: list[tuple[Any, ...]]
         for full in (False, True):
             for kind in (None, "llm"):
                 assert service.page(1, 200, kind, full)[0] == old_page(service, 1, 200, kind, full)
+
+
+def test_cached_lines_hold_only_their_own_bytes() -> None:
+    """Every route's /config lines stay cached; each must cost about its length, not the
+    encoder's working buffer (orjson's output keeps a 4 KiB allocation)."""
+    import tracemalloc
+
+    svc = make_service()
+    routes = 2000
+    for i in range(routes):
+        svc.index.upsert(LLM, cr("ns", f"cr-{i}", f"route-{i:05d}"))
+    tracemalloc.start()
+    try:
+        svc.page(1, 200, None)
+        for page in range(1, routes // 200 + 1):
+            svc.page(page, 200, None)
+            svc.page(page, 200, None, full=True)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    line = len(svc._summary_json("route-00001")) + len(svc._full_json("route-00001"))
+    # Two lines per route plus the built pages and their cache entries.
+    assert held < routes * (3 * line + 400), (held, line)

@@ -14,7 +14,8 @@ from tests.unit.fakes import FakeKube
 
 async def test_stop_finishes_when_a_watch_loop_loses_a_cancellation() -> None:
     kube = FakeKube()
-    runtime = Runtime(Settings(slo_api_token="x"), kube, Metrics(), TokenStore("x"))  # type: ignore[arg-type]
+    token = "unit-write-token"
+    runtime = Runtime(Settings(slo_api_token=token), kube, Metrics(), TokenStore(token))  # type: ignore[arg-type]
 
     async def stubborn() -> None:
         # asyncio.wait_for on Python 3.11 can return a result and drop a cancellation that

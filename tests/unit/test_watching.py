@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -125,8 +125,13 @@ class FakeKube(Kube):
         self.pages: list[Obj | BaseException] = []
         self.watches: list[list[Step]] = []
         self.list_calls: list[str | None] = []
+        self.scopes: list[tuple[str, str | None, str]] = []  # (call, namespace, selector)
         self.watch_calls: list[str] = []
         self.watch_kwargs: list[Obj] = []
+        # Streamed lists (sendInitialEvents); None: the API server refuses them, as one
+        # without the WatchList feature does.
+        self.initial: list[list[Step]] | None = None
+        self.stream_calls = 0
         self.idle = asyncio.Event()
 
     async def _hang(self) -> None:
@@ -140,8 +145,11 @@ class FakeKube(Kube):
         limit: int = 500,
         continue_: str | None = None,
         resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> Obj:
         self.list_calls.append(continue_)
+        self.scopes.append(("list", namespace, label_selector))
         if not self.pages:
             await self._hang()
         result = self.pages.pop(0)
@@ -150,10 +158,30 @@ class FakeKube(Kube):
         return result
 
     async def watch(
-        self, res: Resource, *, resource_version: str, timeout_seconds: int, read_timeout: float
-    ) -> AsyncIterator[Obj]:
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> AsyncGenerator[Obj, None]:
+        if initial_events:
+            self.stream_calls += 1
+            if self.initial is None:
+                raise status(422, "Invalid")
+            if not self.initial:
+                await self._hang()
+            for step in self.initial.pop(0):
+                if isinstance(step, BaseException):
+                    raise step
+                yield step  # type: ignore[misc]
+            return
         self.watch_calls.append(resource_version)
         self.watch_kwargs.append({"timeout_seconds": timeout_seconds, "read_timeout": read_timeout})
+        self.scopes.append(("watch", namespace, label_selector))
         if not self.watches:
             await self._hang()
         for step in self.watches.pop(0):
@@ -282,6 +310,29 @@ async def test_lists_then_watches_from_the_last_resource_version(
         assert kwargs["read_timeout"] == 90
     assert loop.informer.synced
     assert loop.informer.present
+
+
+async def test_a_scoped_informer_lists_and_watches_one_namespace_by_label(
+    clock: Clock, kube: FakeKube
+) -> None:
+    kube.pages = [page([cr("a", 5)], "10")]
+    kube.watches = [[event("ADDED", cr("b", 11))]]
+    loop = make_loop(kube)
+    loop.informer.namespace, loop.informer.label_selector = "ns", "tier=prod"
+    # Held from another namespace's watch of the same group (and one held in "ns", which the
+    # list does not return, so it goes).
+    elsewhere, stale = cr("elsewhere", 1), cr("stale", 1)
+    elsewhere["metadata"]["namespace"] = "other"
+    for obj in (elsewhere, stale):
+        loop.index.upsert("llmslorequirements", obj, GROUP)
+    await run_until_idle(loop, kube)
+    assert kube.scopes == [
+        ("list", "ns", "tier=prod"),
+        ("watch", "ns", "tier=prod"),
+        ("watch", "ns", "tier=prod"),
+    ]
+    # The list replaced what was held in its namespace only.
+    assert loop.names() == ["a", "b", "elsewhere"]
 
 
 async def test_a_watch_that_ends_at_once_with_no_events_is_a_failure(
@@ -511,6 +562,9 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.handlers: list[Handler] = []
         self.queries: list[dict[str, str]] = []
+        # Whether list streams (sendInitialEvents) are served from the handlers or refused.
+        self.streams_lists = False
+        self.refused_streams = 0
         self.stopping = asyncio.Event()
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -532,6 +586,11 @@ class FakeApiServer:
             await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("sendInitialEvents") == "true" and not self.streams_lists:
+            # As an API server without the WatchList feature answers.
+            self.refused_streams += 1
+            invalid = {"kind": "Status", "code": 422, "reason": "Invalid", "message": "forbidden"}
+            return web.json_response(invalid, status=422)
         self.queries.append(dict(request.query))
         if not self.handlers:
             await self.stopping.wait()
@@ -699,3 +758,144 @@ async def test_events_are_read_whatever_the_chunking_and_size(
     events = await collect(real_kube)
     assert [e["type"] for e in events] == ["ADDED", "ADDED", "BOOKMARK"]
     assert events[1]["object"]["spec"]["note"] == big["spec"]["note"]
+
+
+# -- lists streamed through the watch (sendInitialEvents) -----------------------------------
+
+
+def initial_end(rv: int) -> Obj:
+    return {
+        "type": "BOOKMARK",
+        "object": {
+            "metadata": {
+                "resourceVersion": str(rv),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            }
+        },
+    }
+
+
+async def test_a_streamed_list_fills_the_index_and_the_watch_resumes_from_its_end(
+    clock: Clock,
+) -> None:
+    kube = FakeKube(clock)
+    kube.initial = [[event("ADDED", cr("a", 5)), event("ADDED", cr("b", 6)), initial_end(9)]]
+    kube.watches = [[event("MODIFIED", cr("a", 10, route="moved"))]]
+    loop = make_loop(kube)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    assert loop.names() == ["a", "b"]
+    assert loop.index.routes() == ["b", "moved"]
+    assert kube.list_calls == []  # no paged list
+    assert kube.watch_calls[0] == "9"
+    assert loop.informer.synced
+    assert loop.relists() == 1
+    task.cancel()
+
+
+async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.pages = [page([cr("a", 5)], "9"), page([cr("a", 11)], "12")]
+    kube.watches = [[status(410, "Expired")]]
+    loop = make_loop(kube)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    assert loop.names() == ["a"]
+    # Refused once, then never asked again: the relist after the 410 pages too.
+    assert kube.stream_calls == 1
+    assert kube.list_calls == [None, None]
+    task.cancel()
+
+
+async def test_after_a_410_the_relist_pages_then_streaming_resumes(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.initial = [
+        [event("ADDED", cr("a", 5)), initial_end(9)],
+        [event("ADDED", cr("c", 30)), initial_end(31)],
+    ]
+    kube.pages = [page([cr("b", 20)], "21")]
+    kube.watches = [[status(410, "Expired")], [status(500, "InternalError")]]
+    loop = make_loop(kube)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    # list (stream) -> 410 -> paged list -> error -> streamed list again
+    assert kube.stream_calls == 2
+    assert kube.list_calls == [None]
+    assert loop.names() == ["c"]
+    task.cancel()
+
+
+async def test_a_streamed_list_cut_short_changes_nothing_and_is_retried(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.pages = []
+    kube.initial = [
+        [event("ADDED", cr("a", 5)), KubeUnavailable(0, "Unavailable", "reset")],
+        [event("ADDED", cr("a", 5)), event("ADDED", cr("b", 6)), initial_end(9)],
+    ]
+    loop = make_loop(kube)
+    loop.index.upsert("llmslorequirements", cr("old", 1), GROUP)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    assert kube.stream_calls == 2
+    assert loop.names() == ["a", "b"]  # replaced once, whole
+    assert clock.sleeps  # backed off before the second try
+    task.cancel()
+
+
+async def test_a_stream_that_ends_before_its_initial_events_end_is_a_failure(
+    clock: Clock,
+) -> None:
+    kube = FakeKube(clock)
+    kube.initial = [
+        [event("ADDED", cr("a", 5))],
+        [event("ADDED", cr("a", 5)), initial_end(9)],
+    ]
+    loop = make_loop(kube)
+    loop.index.upsert("llmslorequirements", cr("old", 1), GROUP)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    assert kube.stream_calls == 2
+    assert loop.names() == ["a"]
+    task.cancel()
+
+
+async def test_a_missing_crd_found_by_a_streamed_list_is_indexed_as_empty(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.initial = [[NOT_SERVED]]
+    loop = make_loop(kube)
+    loop.index.upsert("llmslorequirements", cr("old", 1), GROUP)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    assert loop.informer.synced
+    assert not loop.informer.present
+    assert loop.names() == []
+    assert kube.list_calls == []
+    task.cancel()
+
+
+async def test_a_list_is_streamed_through_the_real_client(
+    server: FakeApiServer, real_kube: Kube
+) -> None:
+    server.streams_lists = True
+    server.stream([line(event("ADDED", cr("a", 3))), line(initial_end(5))])
+    server.stream([line(event("MODIFIED", cr("a", 6, route="a2")))])
+    loop = make_loop(real_kube)
+    task = asyncio.create_task(loop.informer.run())
+    try:
+        for _ in range(200):
+            if loop.index.routes("llm") == ["a2"]:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError(f"the watch after the streamed list: {server.queries}")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    listed, watched = server.queries[:2]
+    assert listed["sendInitialEvents"] == "true"
+    assert listed["resourceVersionMatch"] == "NotOlderThan"
+    assert "resourceVersion" not in listed  # the most recent state, served consistently
+    assert watched["resourceVersion"] == "5"
+    assert "sendInitialEvents" not in watched
+    assert loop.relists() == 1

@@ -1,0 +1,1 @@
+"""Release tooling: the dependency locks (`make lock`) and the container image (`make image`)."""

@@ -1,0 +1,180 @@
+"""`make image`: builds the Dockerfile with podman (no Docker daemon needed).
+
+The same build is what the image test runs, on a base image made from Debian's packages with
+mmdebstrap when no image registry is reachable (`--debian-base`).
+
+- pip inside the build trusts only the CA bundle it is given: the host's bundle, when it has one,
+  goes in as the build secret `ca-bundle` (trusted for the downloads, never stored in a layer).
+- `--isolation=chroot` builds where podman cannot start an OCI runtime for each RUN step (inside
+  a container, say); `--network host` needs no network setup of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOCKERFILE = REPO / "Dockerfile"
+DEFAULT_TAG = "slo-api:0.1.0"  # what config/manager's Deployment names
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slo-api" / "image"
+# Debian's release whose python3 is the 3.11 the lock was resolved for.
+DEBIAN_SUITE = "bookworm"
+DEBIAN_VARIANT = "minbase"  # Essential and Priority: required packages: passwd's useradd is in
+DEBIAN_PACKAGES_LINE = re.compile(r"^# Debian packages: (.+)$", re.M)
+# Where distributions keep the system CA bundle (Debian's, then Fedora's).
+CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def _run(argv: list[str], timeout: float, what: str, show: bool = False) -> str:
+    """Runs argv; its output is shown as it comes when `show`, else only in the error."""
+    try:
+        done = subprocess.run(
+            argv,
+            stdout=None if show else subprocess.PIPE,
+            stderr=None if show else subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise ImageError(f"{what}: {argv[0]} is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise ImageError(f"{what}: no result after {timeout:.0f}s") from None
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout or "").strip().splitlines()[-30:])
+        raise ImageError(f"{what} failed (exit {done.returncode}):\n{tail}")
+    return done.stdout or ""
+
+
+def ca_bundle() -> Path | None:
+    """The CA bundle this machine trusts: $SSL_CERT_FILE, else the distribution's."""
+    candidates = [Path(p) for p in [os.environ.get("SSL_CERT_FILE")] if p] + list(CA_BUNDLES)
+    return next((p for p in candidates if p.is_file() and p.stat().st_size > 0), None)
+
+
+def podman_problem() -> str | None:
+    """Why podman cannot work on this machine, or None."""
+    try:
+        _run(["podman", "info", "--format", "{{.Store.GraphDriverName}}"], 120, "podman info")
+    except ImageError as exc:
+        return str(exc)
+    return None
+
+
+def build_command(tag: str, base: str | None = None, ca: Path | None = None) -> list[str]:
+    argv = ["podman", "build", "--isolation=chroot", "--network", "host", "--tag", tag]
+    if base:
+        argv += ["--build-arg", f"PYTHON_IMAGE={base}"]
+    if ca:
+        argv += ["--secret", f"id=ca-bundle,src={ca}"]
+    return [*argv, "--file", str(DOCKERFILE), str(REPO)]
+
+
+def build(tag: str, base: str | None = None, timeout: float = 900, show: bool = False) -> None:
+    _run(build_command(tag, base, ca_bundle()), timeout, f"podman build of {tag}", show)
+
+
+def image_size(tag: str) -> int:
+    """Bytes, as `podman images` reports them (the uncompressed layers)."""
+    out = _run(["podman", "image", "inspect", "--format", "{{.Size}}", tag], 60, "inspect")
+    return int(out.strip())
+
+
+def debian_packages() -> list[str]:
+    """The packages a Debian base needs for the Dockerfile's stages, as the Dockerfile says."""
+    found = DEBIAN_PACKAGES_LINE.search(DOCKERFILE.read_text())
+    if not found:
+        raise ImageError("the Dockerfile has no '# Debian packages: ...' line")
+    return sorted(found[1].split())
+
+
+def debian_base(cache: Path = CACHE, timeout: float = 900, show: bool = False) -> str:
+    """A base image of Debian's python3, made with mmdebstrap; returns its podman name.
+
+    The root filesystem tarball is cached under `cache`, keyed by what goes into it, and is
+    imported into podman only when podman does not hold that image yet.
+    """
+    recipe = {"suite": DEBIAN_SUITE, "variant": DEBIAN_VARIANT, "packages": debian_packages()}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    name = f"localhost/slo-api-base:{DEBIAN_SUITE}-{key}"
+    exists = subprocess.run(
+        ["podman", "image", "exists", name], capture_output=True, timeout=60, check=False
+    )
+    if exists.returncode == 0:
+        return name
+    tarball = cache / f"debian-{DEBIAN_SUITE}-{key}.tar"
+    if not tarball.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        # Per process, so two test runs at once never write one file; the rename is atomic.
+        partial = tarball.with_name(f"{tarball.stem}.{os.getpid()}.partial.tar")
+        try:
+            _run(
+                [
+                    "mmdebstrap",
+                    f"--variant={DEBIAN_VARIANT}",
+                    f"--include={','.join(recipe['packages'])}",
+                    # Documentation, manuals and translations are of no use in an image.
+                    "--dpkgopt=path-exclude=/usr/share/doc/*",
+                    "--dpkgopt=path-exclude=/usr/share/man/*",
+                    "--dpkgopt=path-exclude=/usr/share/locale/*",
+                    DEBIAN_SUITE,
+                    str(partial),
+                ],
+                timeout,
+                "mmdebstrap",
+                show,
+            )
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.rename(tarball)
+    _run(
+        [
+            "podman", "import",
+            "--change", "ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--change", 'CMD=["python3"]',
+            str(tarball), name,
+        ],
+        timeout,
+        "podman import",
+    )  # fmt: skip
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m release.image", description=__doc__)
+    parser.add_argument("--tag", default=DEFAULT_TAG, help=f"image name (default {DEFAULT_TAG})")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--base", help="base image (default: the Dockerfile's python:3.11-slim)")
+    where.add_argument(
+        "--debian-base",
+        action="store_true",
+        help=f"build the base from Debian {DEBIAN_SUITE}'s packages with mmdebstrap "
+        "(for machines that reach no image registry)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        base = debian_base(show=True) if args.debian_base else args.base
+        build(args.tag, base, show=True)
+        size = image_size(args.tag)
+    except ImageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"built {args.tag} ({size / 1e6:.0f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The one rule for route names, shared by the index (which lists routes) and the API (which
+addresses them): a route it could not address is not listed either.
+
+The CRDs' `serviceId` carries the same rule (`maxLength` and `pattern`); pool routes are
+metadata names, which Kubernetes already keeps within it.
+"""
+
+from __future__ import annotations
+
+MAX_ROUTE = 253
+
+
+def route_problem(route: str) -> str | None:
+    """Why `route` cannot be a route name, or None when it can."""
+    if len(route) > MAX_ROUTE:
+        return f"route names are at most {MAX_ROUTE} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in route):
+        return "route names cannot contain control characters"
+    return None
+
+
+def valid_route(route: str) -> bool:
+    return bool(route) and route_problem(route) is None
