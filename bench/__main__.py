@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench import load, populate, scenarios
+from bench import fanout, load, populate, scenarios
 from bench.report import render
 from controlplane.cluster import Cluster
 
@@ -84,6 +84,48 @@ async def _create(cluster: Cluster, start: int, stop: int, concurrency: int) -> 
         return await populate.create_llms(client, start, stop, concurrency)
 
 
+def _fanout(
+    cluster: Cluster,
+    kubeconfig: Path,
+    workdir: Path,
+    settings: scenarios.Settings,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    pki = cluster.plane.pki
+    client_args = (cluster.plane.url, pki.ca_cert, pki.admin_cert, pki.admin_key)
+    svc = scenarios.ServiceProcess(kubeconfig, workdir).start()
+    try:
+        log(f"fan-out: {args.watchers} change streams, 100 changes/s through the API server")
+        result = fanout.fanout(
+            svc,
+            client_args,
+            workdir,
+            args.fanout_routes,
+            settings,
+            watchers=args.watchers,
+            rate=args.fanout_rate,
+        )
+        result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+        result["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        return result
+    finally:
+        svc.stop()
+
+
+def _merge_fanout(args: argparse.Namespace, fresh: dict[str, Any], began: float) -> int:
+    """Put a fan-out-only run's figures into the existing results and report."""
+    if args.json.exists():
+        results = json.loads(args.json.read_text())
+    else:
+        log(f"{args.json} does not exist: run the whole bench first for the other rows")
+        return 1
+    results["fanout"] = fresh["fanout"]
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"fan-out done in {(time.perf_counter() - began) / 60:.1f} min: {args.report}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
@@ -93,6 +135,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one timed run")
     parser.add_argument("--sync-reps", type=int, default=3)
     parser.add_argument("--create-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--only",
+        choices=("fanout",),
+        help="run only this scenario; its figures replace those in the existing results",
+    )
+    parser.add_argument("--watchers", type=int, default=1000, help="change streams in fan-out")
+    parser.add_argument("--fanout-routes", type=int, default=1000, help="routes during fan-out")
+    parser.add_argument("--fanout-rate", type=float, default=100.0, help="changes/s in fan-out")
     parser.add_argument("--report", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json")
     args = parser.parse_args()
@@ -122,11 +172,19 @@ def main() -> int:
             headers={"Authorization": f"Bearer {sa_token}"},
             timeout=120,
         )
-        log("empty index: process start and memory, and what each library costs")
-        results["empty"] = scenarios.initial_sync(kubeconfig, workdir, api, 0, args.sync_reps)
-        results["libraries"] = scenarios.library_costs()
-        results["sizes"] = {}
         created = 0
+        if args.only != "fanout":
+            log("empty index: process start and memory, and what each library costs")
+            results["empty"] = scenarios.initial_sync(kubeconfig, workdir, api, 0, args.sync_reps)
+            results["libraries"] = scenarios.library_costs()
+        if args.watchers:
+            log(f"creating LLM CRs 0..{args.fanout_routes - 1} for the fan-out")
+            asyncio.run(_create(cluster, 0, args.fanout_routes, args.create_concurrency))
+            created = args.fanout_routes
+            results["fanout"] = _fanout(cluster, kubeconfig, workdir, settings, args)
+        if args.only == "fanout":
+            return _merge_fanout(args, results, began)
+        results["sizes"] = {}
         for size in sizes:
             log(f"creating LLM CRs {created}..{size - 1}")
             made = asyncio.run(_create(cluster, created, size, args.create_concurrency))

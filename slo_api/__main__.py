@@ -44,6 +44,11 @@ class Server(uvicorn.Server):
         self._stop(sig, frame)
 
     def _stop(self, sig: int, frame: FrameType | None) -> None:
+        runtime = getattr(self.app.state, "runtime", None)
+        if runtime is not None:
+            # Change streams never end by themselves: end them before uvicorn waits for
+            # in-flight requests to finish.
+            runtime.end_streams()
         super().handle_exit(sig, frame)
         # uvicorn re-raises captured signals after shutdown; a SIGTERM that drained cleanly
         # is a normal stop, so the process exits 0 instead of dying by the signal.

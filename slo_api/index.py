@@ -13,6 +13,7 @@ never listed and never a claim on a route.
 from __future__ import annotations
 
 import bisect
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ from slo_api.route_names import valid_route
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
+Listener = Callable[[set[str]], None]
+
+log = logging.getLogger("slo_api.index")
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,14 @@ class CRIndex:
         self.generation = 0
         # Bytes of encoded objects held (every copy), for the size estimate.
         self.encoded_bytes = 0
+        # Routes whose rendered values were dropped since listeners were last told.
+        self._changed: set[str] = set()
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener(routes)` after each change with the routes whose derived values
+        (their /config lines) may have changed: exactly those whose cached renders it drops."""
+        self._listeners.append(listener)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -399,6 +411,18 @@ class CRIndex:
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
             cache.pop(route, None)
+        self._changed.add(route)
+
+    def _publish(self) -> None:
+        if not self._changed:
+            return
+        changed, self._changed = self._changed, set()
+        for listener in self._listeners:
+            try:
+                listener(changed)
+            except Exception:
+                # A listener's bug must not leave the index half-updated for everyone else.
+                log.exception("index listener failed")
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route
@@ -433,6 +457,11 @@ class CRIndex:
                     del self._members[(key[1], member)]
 
     def _settle(self) -> None:
+        """Bring the sorted route lists up to date, then tell the listeners what changed."""
+        self._sort_touched()
+        self._publish()
+
+    def _sort_touched(self) -> None:
         """Bring the sorted route lists in line with the claims of every touched route.
 
         A route is listed while any CR claims it, and under a kind while a CR of that kind

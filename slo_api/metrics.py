@@ -143,6 +143,23 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.watchers = Gauge(
+            "slo_api_change_streams_open",
+            "Open GET /config?watch=true streams",
+            registry=self.registry,
+        )
+        self.stream_events = Counter(
+            "slo_api_change_stream_events_total",
+            "Events written to change streams (bookmarks included)",
+            registry=self.registry,
+        )
+        self.watchers_dropped = Counter(
+            "slo_api_change_streams_dropped_total",
+            "Change streams ended by the server (slow: fell too far behind)",
+            ["reason"],
+            registry=self.registry,
+        )
+
     def observe_upstream(self, verb: str, code: str, seconds: float) -> None:
         self.upstream.labels(verb, code).inc()
         self.upstream_latency.labels(verb).observe(seconds)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from slo_api.auth import TokenStore
+from slo_api.feed import Feed
 from slo_api.groups import KindWatch
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
@@ -38,6 +39,15 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
+        # Before the informers, so it hears every change they make.
+        self.feed = Feed(
+            self.service,
+            metrics,
+            history=settings.watch_history_events,
+            queue=settings.watch_queue_events,
+            max_watchers=settings.max_watchers,
+            bookmark_seconds=settings.watch_bookmark_seconds,
+        )
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector
         # One watch per kind, each running one informer per API group that serves the kind.
@@ -57,6 +67,7 @@ class Runtime:
         ]
         self.shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
         metrics.index_bytes.set_function(self.index.estimated_bytes)
 
@@ -82,6 +93,8 @@ class Runtime:
         return None
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.feed.start()
         log.info(
             "watching %s%s",
             f"namespaces {', '.join(self.namespaces)}" if self.namespaces else "every namespace",
@@ -91,8 +104,15 @@ class Runtime:
             asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
         ]
 
+    def end_streams(self) -> None:
+        """End every change stream cleanly; callable from any thread (a signal handler's)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.feed.close_all)
+
     async def stop(self) -> None:
         self.shutting_down = True
+        await self.feed.stop()
         pending = set(self._tasks)
         for task in pending:
             task.cancel()

@@ -299,6 +299,12 @@ class Service:
             page_size,
         )
 
+    def line(self, view: str, route: str) -> bytes:
+        """A route's `/config` item in a view ("summary" or "full") as JSON, cached by the index."""
+        render = self._full_json if view == "full" else self._summary_json
+        value: bytes = self.index.rendered(view, route, render)
+        return value
+
     def _summary_json(self, route: str) -> bytes:
         return orjson.dumps(self.summary(route))
 

@@ -102,6 +102,18 @@ class Settings(BaseSettings):
     watch_inactivity_seconds: float = Field(
         90, gt=0, description="A watch with no event or bookmark for this long is reconnected."
     )
+    watch_bookmark_seconds: float = Field(
+        15, gt=0, description="How often an open `GET /config?watch=true` stream gets a BOOKMARK."
+    )
+    max_watchers: int = Field(
+        1000, ge=1, description="Most open change streams; more are refused with 429."
+    )
+    watch_queue_events: int = Field(
+        2048, ge=16, description="Changes a stream may fall behind before it is ended."
+    )
+    watch_history_events: int = Field(
+        16384, ge=16, description="Changes kept for resuming a stream with `since`."
+    )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     docs_enabled: bool = Field(
         True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."

@@ -14,7 +14,21 @@ from slo_api.errors import ApiError
 
 router = APIRouter()
 STATIC = resources.files("slo_api") / "static"
-ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+# The page's ES modules import each other by relative URL, so each is an asset of its own.
+MODULES = (
+    "api.js",
+    "app.js",
+    "body.js",
+    "dom.js",
+    "editor.js",
+    "field-errors.js",
+    "form.js",
+    "list.js",
+    "live.js",
+    "state.js",
+    "token.js",
+)
+ASSETS = {"style.css": "text/css", **dict.fromkeys(MODULES, "text/javascript")}
 # As a header, not only the page's <meta> tag: frame-ancestors is honoured only here.
 PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

@@ -16,6 +16,7 @@ from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.request")
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+STREAM_LABEL = "slo_api.metrics_route"  # a scope key: the route label for the request metrics
 # Any other method is counted as "other": a client must not mint label values at will.
 _METHODS = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
@@ -64,7 +65,8 @@ class RequestMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            # A change stream lasts minutes: its own label keeps /config's latencies meaningful.
+            template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in _METHODS else "other"
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.latency.labels(method, template).observe(elapsed)

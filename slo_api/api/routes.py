@@ -19,6 +19,7 @@ from slo_api.api.schema import (
     PUT_BODY,
     PUT_RESPONSES,
 )
+from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.jsonbody import parse_object
 from slo_api.route_names import route_problem
@@ -193,10 +194,36 @@ async def list_routes(
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
     kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
     view: Annotated[Literal["summary", "full"], Query()] = "summary",
+    watch: Annotated[
+        bool, Query(description="Stream changes instead of a page (see the 200 response).")
+    ] = False,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="With watch: resume after this revision (from an event or bookmark).",
+        ),
+    ] = None,
     if_none_match: IfNoneMatch = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", max_length=64, description="SSE's resume: as since."),
+    ] = None,
 ) -> Response:
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
+    if watch:
+        return open_stream(
+            rt.feed,
+            view=view,
+            kind=kind,
+            since=since,
+            accept=accept,
+            last_event_id=last_event_id,
+        )
+    if since is not None:
+        raise ApiError(400, "since needs watch=true", field="since")
     body, etag = rt.service.page(page, page_size, kind, full=view == "full")
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})

@@ -82,6 +82,9 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         412: "If-Match did not match",
         413: "Body too large",
         415: "Body not JSON",
+        410: "watch: `since` (or Last-Event-ID) is too old or from another server process; "
+        "watch again without it",
+        429: "watch: MAX_WATCHERS streams are open already (see Retry-After)",
         502: "The API server failed",
         503: "Not ready",
         504: "The API server timed out",
@@ -115,12 +118,44 @@ DELETE_RESPONSES = {
     },
     **_errors(*_COMMON, 403, 412),
 }
+WATCH_EVENT = {
+    "type": "object",
+    "description": (
+        "One change. ADDED, MODIFIED and DELETED carry `route` and `object` (the /config item "
+        "in the chosen view; for DELETED, as it last was). The stream opens with one ADDED per "
+        "route, then a BOOKMARK with `initial: true`; BOOKMARKs follow every "
+        "WATCH_BOOKMARK_SECONDS. ERROR (`error.code` too_slow) is the last line of a stream "
+        "that fell too far behind: watch again with `since`."
+    ),
+    "required": ["type"],
+    "properties": {
+        "type": {"enum": ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]},
+        "route": {"type": "string"},
+        "object": {"type": "object"},
+        "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
+        "initial": {"type": "boolean"},
+        "error": {"type": "object"},
+    },
+}
 CONFIG_RESPONSES = {
     200: {
-        "description": "A page of routes (weak ETag over the page)",
-        "content": {"application/json": {"schema": ref("ConfigPage")}},
+        "description": (
+            "A page of routes (weak ETag over the page). With `watch=true`, a stream of change "
+            "events instead: JSON lines, or Server-Sent Events when the request accepts "
+            "text/event-stream (each event's `id` is its revision; Last-Event-ID resumes)."
+        ),
+        "content": {
+            "application/json": {"schema": ref("ConfigPage")},
+            "application/x-ndjson": {"schema": WATCH_EVENT},
+            "text/event-stream": {
+                "schema": {
+                    "type": "string",
+                    "description": "`id: <revision>` and `data: <event as JSON>` per event.",
+                }
+            },
+        },
     },
-    **_errors(304, 400, 401, 503),
+    **_errors(304, 400, 401, 410, 429, 503),
 }
 PUT_BODY = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": ROUTE_BODY}}}

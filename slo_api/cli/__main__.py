@@ -123,6 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--kind", choices=("llm", "job", "pool"), help="only routes of this kind")
 
+    watching = add(
+        "watch",
+        "print route changes as they happen (the current routes first)",
+        commands.cmd_watch,
+        "Runs until interrupted. A lost connection is resumed where it stopped, so no change\n"
+        "is missed or printed twice; if the server no longer has that place (it restarted),\n"
+        "the current routes are printed again. -o json prints one event per line:\n"
+        '{"type": "ADDED"|"MODIFIED"|"DELETED", "route", "object", "revision"}.',
+    )
+    watching.add_argument("--kind", choices=("llm", "job", "pool"), help="only routes of this kind")
+
     get = add("get", "show one route", commands.cmd_get)
     get.add_argument("route", help="route name")
 

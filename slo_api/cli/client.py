@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -11,6 +12,10 @@ import httpx
 from slo_api.cli.errors import CliError, ExitCode, usage
 
 Body = dict[str, Any]
+
+# A change stream sends a bookmark every 15 s (the server's default): four missed in a row
+# means the connection is dead even if no error said so.
+WATCH_READ_TIMEOUT = 60.0
 
 PAGE_SIZE = (
     200  # the largest page the API serves, so a listing takes as few round trips as possible
@@ -44,6 +49,10 @@ def encode_body(body: Any) -> bytes:
         return json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise usage(f"the body cannot be sent as JSON: {exc}") from None
+
+
+class StreamLost(Exception):
+    """A change stream ended or broke; it can be resumed from the last revision read."""
 
 
 class SloClient:
@@ -102,6 +111,44 @@ class SloClient:
             if not batch or len(items) >= total:
                 return items
             page += 1
+
+    def watch(self, kind: str | None = None, since: str | None = None) -> Iterator[Body]:
+        """The events of `GET /config?watch=true` as they come; StreamLost when it ends.
+
+        Errors the server answers before the stream starts (401, 410 expired, 429) are
+        CliErrors like any request's.
+        """
+        params = {"watch": "true"}
+        if kind:
+            params["kind"] = kind
+        if since:
+            params["since"] = since
+        timeout = httpx.Timeout(self.timeout, read=max(self.timeout, WATCH_READ_TIMEOUT))
+        headers = {"Accept": "application/x-ndjson"}
+        try:
+            with self._http.stream(
+                "GET", self.server + "/config", params=params, headers=headers, timeout=timeout
+            ) as response:
+                if response.status_code >= 300:
+                    response.read()
+                    raise error_from_response(response)
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise CliError(
+                            f"{self.server} sent a line that is not JSON; is --server an slo-api?",
+                            ExitCode.SERVER,
+                        ) from None
+                    if isinstance(event, dict):
+                        yield event
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise usage(f"bad server URL {self.server!r}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise StreamLost(str(exc) or type(exc).__name__) from None
+        raise StreamLost("the server ended the stream")
 
     def get(self, route: str) -> tuple[Body, str | None]:
         response = self._send("GET", self._route_path(route))

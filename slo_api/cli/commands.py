@@ -6,12 +6,13 @@ import argparse
 import copy
 import json
 import sys
+import time
 from typing import Any
 
 import yaml
 
 from slo_api.cli import output
-from slo_api.cli.client import Body, SloClient
+from slo_api.cli.client import Body, SloClient, StreamLost
 from slo_api.cli.errors import CliError, ExitCode, usage
 from slo_api.cli.keys import apply_assignment, changed_fields, parse_assignment
 
@@ -38,6 +39,54 @@ def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
     else:
         warn("no routes found")
     return ExitCode.OK
+
+
+RECONNECT_MAX_SECONDS = 10.0
+
+
+def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
+    """Print changes as they come; after a lost connection, resume where the stream was."""
+    since: str | None = None
+    delay = 0.5
+    connected_once = False
+    while True:
+        try:
+            for event in client.watch(args.kind, since):
+                connected_once = True
+                delay = 0.5
+                kind = event.get("type")
+                revision = event.get("revision")
+                if kind == "ERROR":
+                    error = event.get("error") or {}
+                    raise StreamLost(str(error.get("message") or error.get("code") or "error"))
+                if isinstance(revision, str):
+                    since = revision
+                if kind != "BOOKMARK":
+                    print_event(event, args.output)
+        except StreamLost as exc:
+            if not connected_once:
+                raise CliError(f"the watch ended at once: {exc}", ExitCode.SERVER) from None
+            warn(f"stream lost ({exc}); resuming in {delay:g}s")
+        except CliError as exc:
+            if exc.status == 410 and since is not None:
+                warn("the server no longer has our place in its history; starting over")
+                since = None
+                continue
+            if exc.status in (429, 502, 503, 504):
+                warn(f"{exc.message}; retrying in {delay:g}s")
+            else:
+                raise
+        time.sleep(delay)
+        delay = min(RECONNECT_MAX_SECONDS, delay * 2)
+
+
+def print_event(event: Body, fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(event, ensure_ascii=False), flush=True)
+    elif fmt == "yaml":
+        print("---\n" + output.dump(event, "yaml"), flush=True)
+    else:
+        print(output.event_line(event), flush=True)
 
 
 def cmd_get(client: SloClient, args: argparse.Namespace) -> int:

@@ -136,6 +136,27 @@ def columns(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
+def event_line(event: dict[str, Any]) -> str:
+    """One change as a line: TYPE ROUTE KIND and the route's summary fields."""
+    item = event.get("object") if isinstance(event.get("object"), dict) else {}
+    assert isinstance(item, dict)
+    cells = [f"{scalar(event.get('type', MISSING)):<8}", scalar(event.get("route", MISSING))]
+    cells.append(_kind_cell(item))
+    if item.get("kind") in ("llm", "job"):
+        cells += [
+            f"priority={scalar(item.get('priority', MISSING))}",
+            f"min={bound(item.get('minimumDeployment'))}",
+            f"max={bound(item.get('maximumDeployment'))}",
+        ]
+    elif item.get("kind") == "pool":
+        cells += [
+            f"policy={_cell(item.get('swapPolicy'))}",
+            f"budget={_cell(item.get('swapBudget'))}",
+            f"resident={_cell(item.get('residentMember'))}",
+        ]
+    return "  ".join(cells)
+
+
 # -- get ---------------------------------------------------------------------------------------
 
 

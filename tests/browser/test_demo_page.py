@@ -267,10 +267,12 @@ def test_a_change_made_elsewhere_is_412_with_reload(
     route = samples.route("embed-small")
     open_page(page, service.page_url, service.token)
     open_route(page, route)
+    # Edited before the change elsewhere: the page follows changes live, so a form without
+    # edits would simply show the new values.
+    field(page, "priority").fill("6")
     admin.merge_patch(
         SLO, "LLMSLORequirement", samples.namespace(), route, {"spec": {"priority": 4}}
     )
-    field(page, "priority").fill("6")
     save(page)
     expect(status(page)).to_contain_text("changed elsewhere")
     page.get_by_role("button", name="Reload route").click()
@@ -323,3 +325,44 @@ def test_works_behind_a_gateway_path_prefix(
     base = gateway.rsplit("/", 1)[0] + "/"
     outside = [r.url for r in requests if not r.url.startswith(base) and r.url != "data:,"]
     assert not outside, f"requests that escaped the gateway prefix: {outside}"
+
+
+def test_the_list_and_the_open_route_follow_changes_made_elsewhere(
+    page: Page, service: Service, samples: Samples, admin: Admin
+) -> None:
+    # Not under the samples' prefix, which other tests count routes by.
+    route = "live" + samples.prefix.rstrip("-")
+    namespace = samples.namespace()
+    open_page(page, service.page_url, service.token)
+    expect(page.locator("#live")).to_have_text("live")
+    page.evaluate("window.notReloaded = true")
+    admin.create(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": route, "namespace": namespace},
+            "spec": {"serviceId": route, "priority": 2},
+        }
+    )
+    try:
+        expect(route_button(page, route)).to_contain_text("priority 2")
+        open_route(page, route)
+        admin.merge_patch(SLO, "LLMSLORequirement", namespace, route, {"spec": {"priority": 3}})
+        # A form without edits shows the new values; the list follows.
+        expect(field(page, "priority")).to_have_value("3")
+        expect(route_button(page, route)).to_contain_text("priority 3")
+        expect(status(page)).to_contain_text("changed elsewhere")
+
+        field(page, "priority").fill("8")
+        admin.merge_patch(SLO, "LLMSLORequirement", namespace, route, {"spec": {"priority": 5}})
+        # Unsaved edits are kept, and the page says the route changed underneath them.
+        expect(status(page)).to_contain_text("Your edits are kept")
+        expect(route_button(page, route)).to_contain_text("priority 5")
+        expect(field(page, "priority")).to_have_value("8")
+        page.get_by_role("button", name="Reload route").click()
+        expect(field(page, "priority")).to_have_value("5")
+    finally:
+        admin.delete(SLO, "LLMSLORequirement", namespace, route)
+    expect(route_button(page, route)).to_have_count(0)
+    expect(status(page)).to_contain_text("deleted elsewhere")
+    assert page.evaluate("window.notReloaded") is True

@@ -102,7 +102,9 @@ async def test_metrics_move_with_requests_and_watch_events(
 ) -> None:
     def sample(text: str, name: str, **labels: str) -> float:
         for line in text.splitlines():
-            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            if line.startswith((name + "{", name + " ")) and all(
+                f'{k}="{v}"' in line for k, v in labels.items()
+            ):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 

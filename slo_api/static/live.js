@@ -1,0 +1,135 @@
+// Follows `GET config?watch=true` so the route list and the open route change as the routes do.
+// fetch with a streamed body rather than EventSource, which cannot send the Authorization header.
+// The stream is read in the full view: the open route needs every field, and the list derives
+// its summary lines from the same items (summaryOf).
+
+import { API, $, state } from "./state.js";
+import { renderList, summaryOf } from "./list.js";
+import { routeChanged } from "./editor.js";
+
+const RETRY_MAX_MS = 15000;
+
+let controller = null;
+let since = null; // the last revision read: a reconnect resumes after it
+let renderPending = false;
+
+export function stopLive() {
+  if (controller) controller.abort();
+  controller = null;
+  showLive(false);
+}
+
+export function startLive() {
+  stopLive();
+  if (!state.token) return;
+  since = null;
+  const mine = new AbortController();
+  controller = mine;
+  follow(mine);
+}
+
+async function follow(mine) {
+  let delay = 1000;
+  while (controller === mine) {
+    let outcome;
+    try {
+      outcome = await readStream(mine);
+    } catch (err) {
+      outcome = "lost";
+    }
+    if (controller !== mine) return;
+    showLive(false);
+    if (outcome === "unauthorized") return; // a new token starts over
+    if (outcome === "expired") {
+      since = null; // the server lost our place (it restarted): take the whole state again
+      continue;
+    }
+    if (outcome === "read") delay = 1000;
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, RETRY_MAX_MS);
+  }
+}
+
+async function readStream(mine) {
+  const url = API + "config?watch=true&view=full" + (since ? "&since=" + encodeURIComponent(since) : "");
+  const response = await fetch(url, {
+    headers: { Accept: "application/x-ndjson", Authorization: "Bearer " + state.token },
+    cache: "no-store", credentials: "omit", signal: mine.signal,
+  });
+  if (response.status === 401 || response.status === 403) return "unauthorized";
+  if (response.status === 410) return "expired";
+  if (!response.ok || !response.body) return "lost";
+  showLive(true);
+  // Without `since`, the stream opens with every route then an initial bookmark: that
+  // snapshot replaces the list, catching up with whatever changed since it was loaded.
+  let snapshot = since ? null : [];
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return "read";
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, end);
+      buffer = buffer.slice(end + 1);
+      if (!line.trim()) continue;
+      const event = JSON.parse(line);
+      if (event.type === "ERROR") return "lost"; // fell behind: resume from `since`
+      if (event.revision) since = event.revision;
+      if (snapshot) {
+        if (event.type === "ADDED") snapshot.push(summaryOf(event.object));
+        else if (event.type === "BOOKMARK" && event.initial) {
+          state.routes = snapshot.sort((a, b) => (a.route < b.route ? -1 : a.route > b.route ? 1 : 0));
+          snapshot = null;
+          scheduleRender();
+        }
+        continue;
+      }
+      if (event.type !== "BOOKMARK") apply(event);
+    }
+  }
+}
+
+function apply(event) {
+  const routes = state.routes;
+  const at = lowerBound(routes, event.route);
+  const present = at < routes.length && routes[at].route === event.route;
+  if (event.type === "DELETED") {
+    if (present) routes.splice(at, 1);
+  } else if (present) {
+    routes[at] = summaryOf(event.object);
+  } else {
+    routes.splice(at, 0, summaryOf(event.object));
+  }
+  scheduleRender();
+  if (event.route === state.selected) routeChanged(event);
+}
+
+function lowerBound(routes, route) {
+  let lo = 0;
+  let hi = routes.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (routes[mid].route < route) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Many changes at once (a relist, a script) redraw the list once.
+function scheduleRender() {
+  if (renderPending) return;
+  renderPending = true;
+  setTimeout(() => {
+    renderPending = false;
+    renderList();
+  }, 50);
+}
+
+function showLive(on) {
+  const badge = $("live");
+  if (!badge) return;
+  badge.textContent = on ? "live" : "";
+  badge.title = on ? "The list follows changes as they happen." : "";
+}

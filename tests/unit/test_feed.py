@@ -1,0 +1,322 @@
+"""The change feed over a real index and service: what each stream is told, and when it is ended."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from slo_api.feed import Expired, Feed, TooManyWatchers, Watcher
+from slo_api.metrics import Metrics
+from slo_api.service import Service
+from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
+
+Obj = dict[str, Any]
+
+
+def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
+    options: dict[str, Any] = {
+        "history": 64,
+        "queue": 8,
+        "max_watchers": 10,
+        "bookmark_seconds": 3600,
+        "flush_seconds": 0,
+        **overrides,
+    }
+    return Feed(service or make_service(), Metrics(), **options)
+
+
+class Reader:
+    """Runs one stream into a list of decoded events."""
+
+    def __init__(self, feed: Feed, watcher: Watcher) -> None:
+        self.feed = feed
+        self.watcher = watcher
+        self.raw: list[bytes] = []
+        self.task = asyncio.create_task(feed.serve(watcher, self._write))
+
+    async def _write(self, chunk: bytes) -> None:
+        self.raw.append(chunk)
+
+    @property
+    def events(self) -> list[Obj]:
+        text = b"".join(self.raw)
+        if self.watcher.sse:
+            return [
+                orjson.loads(line[len(b"data: ") :])
+                for line in text.split(b"\n")
+                if line.startswith(b"data: ")
+            ]
+        return [orjson.loads(line) for line in text.splitlines()]
+
+    def changes(self) -> list[tuple[str, str]]:
+        return [(e["type"], e["route"]) for e in self.events if e["type"] != "BOOKMARK"]
+
+    async def settle(self) -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        self.feed.close(self.watcher)
+
+
+async def reader(feed: Feed, view: str = "summary", kind: str | None = None, **kw: Any) -> Reader:
+    r = Reader(feed, feed.open(view, kind, **kw))
+    await r.settle()
+    return r
+
+
+async def test_a_stream_starts_with_the_current_routes_then_an_initial_bookmark() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    index.upsert(JOB, cr("a", "y", "batch", queue={"maxDepth": 1, "promql": "up"}))
+    r = await reader(feed)
+    events = r.events
+    assert [(e["type"], e.get("route")) for e in events] == [
+        ("ADDED", "batch"),
+        ("ADDED", "chat"),
+        ("BOOKMARK", None),
+    ]
+    assert events[-1]["initial"] is True
+    assert events[0]["object"] == feed.service.summary("batch")
+    assert {e["revision"] for e in events} == {feed.revision(feed.head)}
+    await r.stop()
+
+
+async def test_each_change_is_sent_once_with_its_type_and_new_item() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    r = await reader(feed)
+    index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=5))
+    index.upsert(LLM, cr("a", "y", "code"))
+    index.delete(LLM, cr("a", "x", "chat", rv=3))
+    await r.settle()
+    assert r.changes()[1:] == [("MODIFIED", "chat"), ("ADDED", "code"), ("DELETED", "chat")]
+    modified = r.events[2]
+    assert modified["object"]["priority"] == 5
+    # A DELETED event carries the item as it last was.
+    assert r.events[-1]["object"]["priority"] == 5
+    revisions = [e["revision"] for e in r.events[2:]]
+    assert revisions == sorted(revisions, key=lambda v: int(v.split(".")[1]))
+    assert len(set(revisions)) == 3
+    await r.stop()
+
+
+async def test_a_relist_sends_nothing_for_the_same_objects_and_only_the_changes_otherwise() -> None:
+    feed = make_feed()
+    index = feed.index
+    objs = [cr("a", f"n{i}", f"r{i}") for i in range(20)]
+    index.replace(LLM, objs)
+    r = await reader(feed)
+    head = feed.head
+    index.replace(LLM, objs)
+    await r.settle()
+    assert feed.head == head
+    assert len(r.changes()) == 20
+    changed = [*objs[1:5], cr("a", "n5", "r5", rv=2, priority=3), *objs[6:], cr("a", "z", "new")]
+    index.replace(LLM, changed)
+    await r.settle()
+    assert sorted(r.changes()[20:]) == [("ADDED", "new"), ("DELETED", "r0"), ("MODIFIED", "r5")]
+    await r.stop()
+
+
+async def test_a_pool_membership_change_reaches_its_members_in_the_full_view() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    r = await reader(feed, "full")
+    index.upsert(POOL, pool("a", "p", ["chat"]))
+    await r.settle()
+    assert sorted(r.changes()[1:]) == [("ADDED", "p"), ("MODIFIED", "chat")]
+    [chat] = [e for e in r.events if e.get("route") == "chat" and e["type"] == "MODIFIED"]
+    assert chat["object"]["pool"]["route"] == "p"
+    await r.stop()
+
+
+async def test_a_kind_filter_sees_a_route_leave_the_kind_as_deleted() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    llm = await reader(feed, kind="llm")
+    everyone = await reader(feed)
+    index.upsert(JOB, cr("a", "j", "chat", queue={"maxDepth": 1, "promql": "up"}))
+    await llm.settle()
+    # Ambiguous: still listed under both kinds.
+    assert llm.changes()[1:] == [("MODIFIED", "chat")]
+    assert llm.events[-1]["object"]["ambiguous"] is True
+    index.delete(LLM, cr("a", "x", "chat"))
+    await llm.settle()
+    assert llm.changes()[1:] == [("MODIFIED", "chat"), ("DELETED", "chat")]
+    assert everyone.changes()[1:] == [("MODIFIED", "chat"), ("MODIFIED", "chat")]
+    assert everyone.events[-1]["object"]["kind"] == "job"
+    await llm.stop()
+    await everyone.stop()
+
+
+async def test_since_replays_exactly_the_later_changes() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    first = await reader(feed)
+    index.upsert(LLM, cr("a", "y", "code"))
+    await first.settle()
+    resume_at = first.events[-1]["revision"]
+    await first.stop()
+    index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=1))
+    index.delete(LLM, cr("a", "y", "code"))
+    resumed = await reader(feed, since=resume_at)
+    assert resumed.changes() == [("MODIFIED", "chat"), ("DELETED", "code")]
+    assert not any(e.get("initial") for e in resumed.events)
+    await resumed.stop()
+
+
+async def test_a_revision_too_old_from_another_process_or_the_future_is_expired() -> None:
+    feed = make_feed(history=16)
+    index = feed.index
+    r = await reader(feed)
+    old = feed.revision(feed.head)
+    for i in range(40):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+        await r.settle()
+    with pytest.raises(Expired, match="older"):
+        feed.open("summary", None, old)
+    other = make_feed()
+    other.open("summary", None)
+    with pytest.raises(Expired, match="not from this"):
+        other.open("summary", None, feed.revision(feed.head))
+    with pytest.raises(Expired):
+        feed.open("summary", None, feed.revision(feed.head + 5))
+    with pytest.raises(Expired):
+        feed.open("summary", None, "garbage")
+    # A view nobody watched has no history: a resume of it starts over.
+    with pytest.raises(Expired):
+        feed.open("full", None, feed.revision(feed.head))
+    await r.stop()
+
+
+async def test_a_stalled_reader_is_dropped_and_the_others_get_every_change() -> None:
+    feed = make_feed(queue=8)
+    index = feed.index
+    stalled = feed.open("summary", None)
+    never = asyncio.Event()
+
+    async def stuck(chunk: bytes) -> None:
+        await never.wait()
+
+    task = asyncio.create_task(feed.serve(stalled, stuck))
+    healthy = await reader(feed)
+    for i in range(20):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+        await healthy.settle()
+    assert stalled.dropped == "slow"
+    assert task.cancelled()
+    assert len(healthy.changes()) == 20
+    sample = feed.metrics.registry.get_sample_value
+    assert sample("slo_api_change_streams_dropped_total", {"reason": "slow"}) == 1
+    await healthy.stop()
+
+
+async def test_more_watchers_than_allowed_are_refused() -> None:
+    feed = make_feed(max_watchers=2)
+    a = feed.open("summary", None)
+    feed.open("summary", None)
+    with pytest.raises(TooManyWatchers):
+        feed.open("summary", None)
+    feed.close(a)
+    feed.open("summary", None)
+    assert feed.metrics.registry.get_sample_value("slo_api_change_streams_open") == 2
+
+
+async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() -> None:
+    feed = make_feed()
+    index = feed.index
+
+    async def visible(kind: str, namespace: str) -> bool:
+        return namespace == "mine"
+
+    index.upsert(LLM, cr("mine", "x", "chat"))
+    index.upsert(LLM, cr("theirs", "y", "secret"))
+    r = await reader(feed, visible=visible)
+    assert r.changes() == [("ADDED", "chat")]
+    # Another namespace's CR makes it ambiguous: still visible through ours.
+    index.upsert(LLM, cr("theirs", "z", "chat"))
+    index.upsert(LLM, cr("theirs", "y", "secret", rv=2, priority=4))
+    await r.settle()
+    assert r.changes() == [("ADDED", "chat"), ("MODIFIED", "chat")]
+    index.delete(LLM, cr("mine", "x", "chat"))
+    await r.settle()
+    assert r.changes() == [("ADDED", "chat"), ("MODIFIED", "chat"), ("DELETED", "chat")]
+    await r.stop()
+
+
+async def test_bookmarks_carry_the_latest_revision() -> None:
+    feed = make_feed(bookmark_seconds=0.01)
+    feed.start()
+    r = await reader(feed, kind="job")
+    feed.index.upsert(LLM, cr("a", "x", "chat"))  # not this watcher's kind
+    await asyncio.sleep(0.1)
+    bookmarks = [e for e in r.events if e["type"] == "BOOKMARK" and not e.get("initial")]
+    assert bookmarks
+    assert bookmarks[-1]["revision"] == feed.revision(feed.head)
+    assert r.changes() == []
+    await r.stop()
+    await feed.stop()
+
+
+async def test_sse_frames_carry_the_revision_as_id() -> None:
+    feed = make_feed()
+    feed.index.upsert(LLM, cr("a", "x", "chat"))
+    r = await reader(feed, sse=True)
+    text = b"".join(r.raw).decode()
+    revision = feed.revision(feed.head)
+    assert text.startswith(f"id: {revision}\ndata: ")
+    assert text.endswith("\n\n")
+    assert [e["type"] for e in r.events] == ["ADDED", "BOOKMARK"]
+    await r.stop()
+
+
+async def test_closing_ends_every_stream_and_refuses_new_ones() -> None:
+    feed = make_feed()
+    r = await reader(feed)
+    feed.close_all()
+    await r.settle()
+    assert r.task.done()
+    assert r.task.exception() is None
+    with pytest.raises(Exception, match="shutting down"):
+        feed.open("summary", None)
+
+
+async def test_a_burst_of_changes_goes_out_in_one_write() -> None:
+    feed = make_feed(flush_seconds=0.05)
+    index = feed.index
+    r = await reader(feed)
+    writes = len(r.raw)
+    for i in range(10):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+    await asyncio.sleep(0.2)
+    assert len(r.raw) == writes + 1
+    assert len(r.changes()) == 10
+    await r.stop()
+
+
+async def test_changes_between_opening_and_the_first_write_are_sent_once() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    watcher = feed.open("summary", None)
+    # The response has not started writing yet when these happen.
+    index.upsert(LLM, cr("a", "y", "code"))
+    index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=2))
+    r = Reader(feed, watcher)
+    await r.settle()
+    assert r.changes() == [("ADDED", "chat"), ("ADDED", "code")]
+    assert r.events[0]["object"]["priority"] == 2
+    assert r.events[-1]["type"] == "BOOKMARK"
+    assert r.events[-1]["revision"] == feed.revision(feed.head)
+    await r.stop()

@@ -1,0 +1,126 @@
+"""sloctl watch against a mocked stream: what it prints and how it resumes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from tests.unit.test_sloctl import SERVER, SUMMARIES, TOKEN, error, run
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLO_API_URL", SERVER)
+    monkeypatch.setenv("SLO_API_TOKEN", TOKEN)
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    return slept
+
+
+class Broken(httpx.SyncByteStream):
+    """Lines, then the connection breaking mid-stream (or, with `end`, a clean close)."""
+
+    def __init__(self, events: list[Obj], end: bool = False) -> None:
+        self.events = events
+        self.end = end
+
+    def __iter__(self) -> Iterator[bytes]:
+        for event in self.events:
+            yield json.dumps(event).encode() + b"\n"
+        if not self.end:
+            raise httpx.ReadError("connection reset")
+
+
+def event(type_: str, item: Obj, revision: str) -> Obj:
+    return {"type": type_, "route": item["route"], "object": item, "revision": revision}
+
+
+def test_watch_prints_changes_and_resumes_after_a_dropped_connection(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chat, batch = SUMMARIES[0], SUMMARIES[1]
+    streams = [
+        Broken(
+            [
+                event("ADDED", chat, "e.3"),
+                event("ADDED", batch, "e.3"),
+                {"type": "BOOKMARK", "initial": True, "revision": "e.3"},
+                event("MODIFIED", {**chat, "priority": 4}, "e.4"),
+            ]
+        ),
+        Broken([event("DELETED", batch, "e.6"), {"type": "BOOKMARK", "revision": "e.9"}], True),
+    ]
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if streams:
+            return httpx.Response(200, stream=streams.pop(0))
+        return error(401, "unauthorized", "the token is not valid")
+
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/config").mock(side_effect=answer)
+        code, out, err = run(capsys, "watch", "-o", "json", "--kind", "llm")
+    assert code == 5  # ended by the 401 on the third connection
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [(e["type"], e["route"]) for e in printed] == [
+        ("ADDED", "chat-7b"),
+        ("ADDED", "batch-render"),
+        ("MODIFIED", "chat-7b"),
+        ("DELETED", "batch-render"),
+    ]
+    params = [dict(r.url.params) for r in seen]
+    assert params[0] == {"watch": "true", "kind": "llm"}
+    assert params[1] == {"watch": "true", "kind": "llm", "since": "e.4"}
+    assert params[2]["since"] == "e.9"  # the bookmark moved the place on
+    assert "resuming" in err
+
+
+def test_watch_starts_over_when_its_place_expired_and_prints_a_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chat = SUMMARIES[0]
+    answers = [
+        httpx.Response(200, stream=Broken([event("ADDED", chat, "a.1")])),
+        error(410, "expired", "revision 'a.1' is not from this server process"),
+        httpx.Response(200, stream=Broken([event("ADDED", chat, "b.1")])),
+        error(403, "forbidden", "no"),
+    ]
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        route = api.get("/config").mock(side_effect=answers)
+        code, out, err = run(capsys, "watch")
+    assert code == 5
+    assert "since" not in route.calls[2].request.url.params
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split() == [
+        "ADDED",
+        "chat-7b",
+        "llm",
+        "priority=10",
+        "min=replica:1",
+        "max=replica:4",
+    ]
+    assert "starting over" in err
+
+
+def test_watch_that_cannot_start_exits_with_the_servers_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/config").mock(return_value=error(400, "invalid_request", "kind: bad"))
+        code, _, err = run(capsys, "watch")
+    assert code == 2
+    assert "kind: bad" in err
