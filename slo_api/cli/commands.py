@@ -50,6 +50,9 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
     delay = 0.5
     connected_once = False
     while True:
+        # A stream opened without `since` starts with the whole state; a place in it is only
+        # worth resuming from once the initial bookmark said that state was complete.
+        resumable = since is not None
         try:
             for event in client.watch(args.kind, since):
                 connected_once = True
@@ -59,7 +62,9 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 if kind == "ERROR":
                     error = event.get("error") or {}
                     raise StreamLost(str(error.get("message") or error.get("code") or "error"))
-                if isinstance(revision, str):
+                if kind == "BOOKMARK" and event.get("initial"):
+                    resumable = True
+                if resumable and isinstance(revision, str):
                     since = revision
                 if kind != "BOOKMARK":
                     print_event(event, args.output)

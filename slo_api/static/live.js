@@ -76,7 +76,9 @@ async function readStream(mine) {
       if (!line.trim()) continue;
       const event = JSON.parse(line);
       if (event.type === "ERROR") return "lost"; // fell behind: resume from `since`
-      if (event.revision) since = event.revision;
+      // A place inside the initial state is no place to resume from: a stream cut there
+      // would come back without the rest of it. Take revisions from its bookmark on.
+      if (event.revision && (!snapshot || event.type === "BOOKMARK")) since = event.revision;
       if (snapshot) {
         if (event.type === "ADDED") snapshot.push(summaryOf(event.object));
         else if (event.type === "BOOKMARK" && event.initial) {

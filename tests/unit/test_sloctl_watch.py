@@ -93,7 +93,15 @@ def test_watch_starts_over_when_its_place_expired_and_prints_a_table(
 ) -> None:
     chat = SUMMARIES[0]
     answers = [
-        httpx.Response(200, stream=Broken([event("ADDED", chat, "a.1")])),
+        httpx.Response(
+            200,
+            stream=Broken(
+                [
+                    event("ADDED", chat, "a.1"),
+                    {"type": "BOOKMARK", "initial": True, "revision": "a.1"},
+                ]
+            ),
+        ),
         error(410, "expired", "revision 'a.1' is not from this server process"),
         httpx.Response(200, stream=Broken([event("ADDED", chat, "b.1")])),
         error(403, "forbidden", "no"),
@@ -124,3 +132,31 @@ def test_watch_that_cannot_start_exits_with_the_servers_error(
         code, _, err = run(capsys, "watch")
     assert code == 2
     assert "kind: bad" in err
+
+
+def test_a_stream_cut_inside_its_initial_state_starts_over(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chat, batch = SUMMARIES[0], SUMMARIES[1]
+    answers = [
+        # Cut after the first route of the initial state: resuming from its revision would
+        # never bring the second.
+        httpx.Response(200, stream=Broken([event("ADDED", chat, "e.3")])),
+        httpx.Response(
+            200,
+            stream=Broken(
+                [
+                    event("ADDED", chat, "e.3"),
+                    event("ADDED", batch, "e.3"),
+                    {"type": "BOOKMARK", "initial": True, "revision": "e.3"},
+                ]
+            ),
+        ),
+        error(401, "unauthorized", "the token is not valid"),
+    ]
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        route = api.get("/config").mock(side_effect=answers)
+        code, _, _ = run(capsys, "watch", "-o", "json")
+    assert code == 5
+    assert "since" not in route.calls[1].request.url.params
+    assert route.calls[2].request.url.params["since"] == "e.3"
