@@ -64,7 +64,12 @@ class RequestMiddleware:
                     scope["method"],
                     template,
                     status,
-                    extra={"status": status, "duration_ms": round(elapsed * 1000, 1)},
+                    extra={
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 1),
+                        # Set by the auth dependency: a username or a static token's role.
+                        "user": scope.get("slo_api.caller"),
+                    },
                 )
             request_id.reset(token)
 
