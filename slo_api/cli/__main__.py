@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
+from slo_api.cli.kubeconfig import token_from_kubeconfig
 from slo_api.cli.output import FORMATS
 
 DEFAULT_TIMEOUT = 10.0
@@ -23,7 +24,9 @@ Command = Callable[[SloClient, argparse.Namespace], int]
 ENVIRONMENT_HELP = """\
 environment:
   SLO_API_URL    server base URL, e.g. http://localhost:8080 (or --server)
-  SLO_API_TOKEN  bearer token (or --token; the environment keeps it out of the process list)"""
+  SLO_API_TOKEN  bearer token (or --token; the environment keeps it out of the process list)
+  KUBECONFIG     without a token: the current context's token, tokenFile or exec plugin
+                 (or --kubeconfig), for slo-api's Kubernetes identities"""
 
 SET_HELP = """\
 keys (dotted paths as `sloctl get` shows them):
@@ -55,6 +58,12 @@ def _common_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--token", default=argparse.SUPPRESS, help="bearer token (default: $SLO_API_TOKEN)"
+    )
+    group.add_argument(
+        "--kubeconfig",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="without a token, send the current context's (default: $KUBECONFIG)",
     )
     group.add_argument(
         "--timeout",
@@ -164,12 +173,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     server = getattr(args, "server", None) or os.environ.get("SLO_API_URL")
     token = getattr(args, "token", None) or os.environ.get("SLO_API_TOKEN")
+    # Only a kubeconfig asked for (flag or KUBECONFIG), never ~/.kube/config by default:
+    # a cluster credential goes to slo-api only when the user points at it.
+    kubeconfig = getattr(args, "kubeconfig", None) or os.environ.get("KUBECONFIG")
     args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
     args.output = getattr(args, "output", "table")
     handler: Command = args.handler
     try:
         if not server:
             raise usage("no server: pass --server or set SLO_API_URL")
+        if not token and kubeconfig:
+            token = token_from_kubeconfig(kubeconfig)
         with SloClient(server, token, args.timeout) as client:
             return handler(client, args)
     except CliError as exc:
