@@ -12,6 +12,7 @@ import datetime
 import logging
 import os
 import socket
+import uuid
 
 from slo_api.kinds.base import Obj
 from slo_api.kube import Kube, KubeError
@@ -51,7 +52,8 @@ class EventRecorder:
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {
-                "generateName": f"{meta.get('name', 'slo')}.",
+                # As client-go names them: the object's name and a unique suffix.
+                "name": f"{str(meta.get('name', 'slo'))[:200]}.{uuid.uuid4().hex[:16]}",
                 "namespace": meta.get("namespace"),
             },
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),

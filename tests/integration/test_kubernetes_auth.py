@@ -393,13 +393,14 @@ def test_slo_api_may_review_tokens_and_access_and_record_events(
             {
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",
-                "metadata": {"generateName": "probe.", "namespace": world.a},
+                "metadata": {"name": "probe.1", "namespace": world.a},
                 "eventTime": "2026-01-01T00:00:00.000000Z",
+                "type": "Normal",
                 "reason": "Probe",
                 "action": "Probe",
                 "reportingController": "slo-api",
                 "reportingInstance": "test",
-                "regarding": {"kind": "Namespace", "name": world.a},
+                "regarding": {"kind": "Pod", "namespace": world.a, "name": "p"},
             }
         )
         assert event["reason"] == "Probe"
@@ -411,3 +412,21 @@ def test_slo_api_may_review_tokens_and_access_and_record_events(
         assert secrets.value.status == 403
     finally:
         sa.close()
+
+
+async def test_a_namespace_editor_edits_through_slo_api_without_a_new_binding(
+    admin: Admin, kservice: RunningService, world: World
+) -> None:
+    """Bound only to the built-in `edit` ClusterRole, into which slo-api-edit is aggregated."""
+    await _wait_indexed(kservice, world)
+    admin.create(_service_account(world.people, "ns-editor"))
+    admin.create(_binding(world.a, "ns-editor", "edit", world.people, "ns-editor"))
+    token = admin.service_account_token(world.people, "ns-editor")
+    auth = {"Authorization": f"Bearer {token}"}
+    route = f"/routes/{world.a}-job"
+    written = await _call(kservice, auth, "PUT", route, {"priority": 9})
+    assert written.status_code == 200, written.text
+    assert written.json()["priority"] == 9
+    listed = await _listed(kservice, auth)
+    assert f"{world.a}-job" in {item["route"] for item in listed["items"]}
+    _forbidden(await _call(kservice, auth, "PUT", f"/routes/{world.b}-job", {}), "patch", world)
