@@ -8,6 +8,8 @@ CONFIG_GOAL = 0.6  # slo-api /config req/s over the precomputed baseline's
 FLAT_GOAL = 0.9  # req/s at the largest index over req/s at the smallest
 GET_GOAL = 1.5  # slo-api GET latency over a direct GET's (p50)
 PUT_GOAL = 0.7  # slo-api PUT req/s over direct merge patches'
+OTHER_ROUTES_NOTE = "50 more routes in a namespace it may not list, so /config filters"
+IDENTITY_GOAL = 0.9  # a Kubernetes identity's req/s over a static token's
 
 
 def _n(value: float, digits: int = 0) -> str:
@@ -132,6 +134,41 @@ def render(results: dict[str, Any]) -> str:
             _met(ratio >= PUT_GOAL),
             f"{_cpu(subject)} / {_cpu(base)}",
         )
+    identity_note = ""
+    for size in sizes:
+        k = results["sizes"][size].get("kubernetes")
+        if not k:
+            continue
+        identity_note = (
+            f"\n- **Kubernetes identity** rows (measured {k['ran_at']}"
+            + (
+                f", alone with `python -m bench --only kubernetes`, load average "
+                f"{' '.join(k['loadavg_at_start'])}"
+                if "loadavg_at_start" in k
+                else ""
+            )
+            + "): the same slo-api process with `SLO_API_KUBERNETES_AUTH=true` answers a "
+            "ServiceAccount token (slo-api-edit in the bench namespace only; "
+            f"{OTHER_ROUTES_NOTE}) and the static token, alternately. Reviews are cached, "
+            "so this is what a request costs once they are warm.\n"
+        )
+        for label, what, connections in (
+            ("config", f"GET /config pageSize=200, middle page ({k['page']})", 8),
+            ("put", "PUT /routes/{route}", 16),
+        ):
+            subject, base = k[label]["subject"], k[label]["baseline"]
+            ratio = subject["rps"]["median"] / base["rps"]["median"]
+            row(
+                f"{what}, Kubernetes identity, {connections} clients, {int(size):,} routes",
+                _rps(subject),
+                _lat(subject),
+                _rps(base) + " static token, same process",
+                _lat(base),
+                f"{ratio:.2f}",
+                f">= {IDENTITY_GOAL}",
+                _met(ratio >= IDENTITY_GOAL),
+                f"{_cpu(subject)} / {_cpu(base)}",
+            )
     empty_rss = results["empty"]["rss_median_kib"]
     for size in sizes:
         sync = results["sizes"][size]["sync"]
@@ -219,7 +256,7 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   during both, as it would in production.
 - **Initial sync**: fresh slo-api processes, time from the first `/healthz` 200 to the first
   `/readyz` 200 (every kind listed and indexed), against a plain paged list of the same CRs
-  (limit 500, as the informer pages, parsed with orjson) from the bench process.
+  (limit 500, as the informer pages, parsed with orjson) from the bench process.{identity_note}
 
 | | |
 |---|---|
