@@ -241,3 +241,22 @@ async def test_a_write_records_an_event_and_a_failed_event_never_fails_it(
             await asyncio.sleep(0.01)
         assert 'slo_api_events_total{result="failed"} 1.0' in metrics
         assert 'slo_api_events_total{result="recorded"} 2.0' in metrics
+
+
+async def test_the_request_log_names_the_caller_never_the_token(
+    start: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = _kube(EDIT_A)
+    caplog.set_level("INFO", logger="slo_api.request")
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
+        assert (await client.get("/routes/in-a", headers=AUTH)).status_code == 200
+        assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 403
+    lines = [r for r in caplog.records if r.name == "slo_api.request"]
+    assert [(r.__dict__["user"], r.__dict__["status"]) for r in lines] == [
+        (USER, 200),
+        ("token:write", 200),
+        (USER, 403),
+    ]
+    assert all(TOKEN not in r.getMessage() for r in caplog.records)
