@@ -189,6 +189,15 @@ def _kubernetes(
         svc.stop()
 
 
+def _in_run_order(results: dict[str, Any]) -> None:
+    """Put back the order a full run renders in (results.json is written with sorted keys)."""
+    packages = results["machine"]["packages"]
+    results["machine"]["packages"] = {p: packages[p] for p in PACKAGES if p in packages}
+    for entry in results["sizes"].values():
+        pages = entry["config"]
+        entry["config"] = dict(sorted(pages.items(), key=lambda item: item[1]["page"]))
+
+
 def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
     """One scenario on a fresh control plane, merged into the results of the last full run."""
     results: dict[str, Any] = json.loads(args.json.read_text())
@@ -214,6 +223,7 @@ def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) 
         shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["sizes"][str(size)]["kubernetes"] = entry
+    _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))
     log(f"merged into {args.json} and {args.report}")

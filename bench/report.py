@@ -150,7 +150,7 @@ def render(results: dict[str, Any]) -> str:
             + "): the same slo-api process with `SLO_API_KUBERNETES_AUTH=true` answers a "
             "ServiceAccount token (slo-api-edit in the bench namespace only; "
             f"{OTHER_ROUTES_NOTE}) and the static token, alternately. Reviews are cached, "
-            "so this is what a request costs once they are warm.\n"
+            "so this is what a request costs once they are warm."
         )
         for label, what, connections in (
             ("config", f"GET /config pageSize=200, middle page ({k['page']})", 8),
