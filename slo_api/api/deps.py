@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from slo_api.api.middleware import CALLER_SCOPE_KEY
 from slo_api.errors import ApiError
 from slo_api.identity import Caller
 from slo_api.runtime import Runtime
@@ -25,11 +26,6 @@ def _bearer(request: Request) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "send Authorization: Bearer <token>")
     return token.strip()
-
-
-# Where the request log finds who called (the scope outlives the endpoint; a context
-# variable set in a dependency would not reach the middleware).
-CALLER_SCOPE_KEY = "slo_api.caller"
 
 
 async def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Caller:

@@ -16,6 +16,9 @@ from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.request")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Where the auth dependency leaves who called, for the request log line: the scope outlives
+# the endpoint, while a context variable set in a dependency would not reach this middleware.
+CALLER_SCOPE_KEY = "slo_api.caller"
 
 
 class RequestMiddleware:
@@ -67,8 +70,7 @@ class RequestMiddleware:
                     extra={
                         "status": status,
                         "duration_ms": round(elapsed * 1000, 1),
-                        # Set by the auth dependency: a username or a static token's role.
-                        "user": scope.get("slo_api.caller"),
+                        "user": scope.get(CALLER_SCOPE_KEY),
                     },
                 )
             request_id.reset(token)
