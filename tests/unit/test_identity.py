@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from slo_api.events import EventRecorder
 from slo_api.identity import TtlCache
 from slo_api.kube import KubeError, KubeUnavailable
+from slo_api.metrics import Metrics
 from slo_api.settings import Settings
 from tests.unit.conftest import AUTH, Started
 from tests.unit.fakes import FakeKube
@@ -260,3 +262,27 @@ async def test_the_request_log_names_the_caller_never_the_token(
         (USER, 403),
     ]
     assert all(TOKEN not in r.getMessage() for r in caplog.records)
+
+
+async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded() -> None:
+    kube = _kube(set())
+    recorder = EventRecorder(kube, Metrics(), instance="t", burst=2, refill_seconds=3600)  # type: ignore[arg-type]
+    cr = _llm("a", "hot")
+    other = _llm("a", "cold")
+    for n in range(5):
+        recorder.record(cr, "SLOUpdated", ["priority"], f"user-{n}")
+    recorder.record(other, "SLOUpdated", ["priority"], "user-x")
+    await recorder.close()
+    assert [(e["regarding"]["name"], e["note"]) for e in kube.events] == [
+        ("hot", "user-0 changed priority through slo-api"),
+        ("hot", "user-1 changed priority through slo-api"),
+        ("cold", "user-x changed priority through slo-api"),
+    ]
+    recorder.refill_seconds = 0.001
+    await asyncio.sleep(0.01)
+    recorder.record(cr, "SLOReset", [], "user-9")
+    await recorder.close()
+    assert kube.events[-1]["note"] == (
+        "user-9 reset no fields through slo-api "
+        "(3 earlier writes not recorded as Events: see the audit log)"
+    )
