@@ -10,6 +10,8 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from controlplane.admin import Admin, AdminError
 from tests.integration import crs
+from tests.integration.process import start_process
 from tests.integration.service import AUTH, RunningService, running
 from tests.integration.tcpproxy import TcpProxy
 
@@ -430,3 +433,51 @@ async def test_a_namespace_editor_edits_through_slo_api_without_a_new_binding(
     listed = await _listed(kservice, auth)
     assert f"{world.a}-job" in {item["route"] for item in listed["items"]}
     _forbidden(await _call(kservice, auth, "PUT", f"/routes/{world.b}-job", {}), "patch", world)
+
+
+async def test_sloctl_sends_the_kubeconfig_token_to_a_real_process(
+    slo_api_kubeconfig: Path, world: World, tmp_path: Path
+) -> None:
+    """sloctl with the editor's kubeconfig (a tokenFile), against `python -m slo_api`."""
+    (tmp_path / "editor.token").write_text(world.tokens["editor"] + "\n")
+    kubeconfig = tmp_path / "editor.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "editor", "user": {"tokenFile": "editor.token"}}],
+                "contexts": [{"name": "editor", "context": {"cluster": "c", "user": "editor"}}],
+                "current-context": "editor",
+            }
+        )
+    )
+    process = await start_process(
+        slo_api_kubeconfig, tmp_path, SLO_API_KUBERNETES_AUTH="true", LOG_LEVEL="info"
+    )
+    try:
+
+        def sloctl(*args: str) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if k != "SLO_API_TOKEN"}
+            env |= {"SLO_API_URL": process.url, "KUBECONFIG": str(kubeconfig)}
+            return subprocess.run(
+                [sys.executable, "-m", "slo_api.cli", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        mine = sloctl("set", f"{world.a}-llm", "priority=6")
+        assert mine.returncode == 0, mine.stderr
+        theirs = sloctl("set", f"{world.b}-llm", "priority=6")
+        assert theirs.returncode == 5, theirs.stderr
+        assert "may not get" in theirs.stderr
+        users = {line.get("user") for line in process.lines() if line.get("audit")}
+        assert users == {f"system:serviceaccount:{world.people}:editor"}
+    finally:
+        process.proc.terminate()
+        process.proc.wait(timeout=30)
+    assert world.tokens["editor"] not in process.log.read_text()
