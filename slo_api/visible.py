@@ -70,15 +70,12 @@ class VisiblePages:
         key = (allowed, kind)
         routes = self._routes.get(key)
         if routes is None:
-            name = self._name
-            routes = [
-                route
-                for route in self.index.routes(kind)
-                if any(
-                    (name[plural], obj["metadata"]["namespace"]) in allowed
-                    for plural, obj in self.index.claims(route)
-                )
-            ]
+            seen: set[str] = set()
+            for plural, k in self.service.kinds.items():
+                for obj in self.index.objects(plural):
+                    if (k.name, obj["metadata"]["namespace"]) in allowed:
+                        seen.add(k.route_of(obj))
+            routes = [route for route in self.index.routes(kind) if route in seen]
             if len(self._routes) >= ROUTE_LISTS:
                 del self._routes[next(iter(self._routes))]
             self._routes[key] = routes
