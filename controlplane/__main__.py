@@ -31,7 +31,7 @@ def run_cluster(directory: Path) -> int:
             f"control plane ready at {cluster.plane.url}\n"
             f"  admin:   export KUBECONFIG={creds.admin_kubeconfig}\n"
             f"  slo-api: export KUBECONFIG={creds.slo_api_kubeconfig}"
-            "   (get/list/watch/patch on the three SLO kinds only)\n"
+            "   (get/list/watch/patch on the three SLO kinds, reviews, Events)\n"
             "CRDs and RBAC from config/ are installed. Ctrl-C stops it.",
             flush=True,
         )
