@@ -27,6 +27,9 @@ log = logging.getLogger("slo_api.events")
 
 CONTROLLER = "slo-api"
 MAX_PENDING = 256
+# Events sent at once: they share the API client's connection pool with the watches and the
+# writes, which must never queue behind them.
+MAX_SENDING = 4
 BURST = 10  # Events per CR at once
 REFILL_SECONDS = 6.0  # then one per CR this often
 BUDGETS = 10_000  # CRs whose budget is remembered (the least recent are forgotten)
@@ -47,6 +50,7 @@ class EventRecorder:
         self.burst = burst
         self.refill_seconds = refill_seconds
         self._pending: set[asyncio.Task[None]] = set()
+        self._sending = asyncio.Semaphore(MAX_SENDING)
         # Per CR (namespace, name): (Events left, when last refilled, writes not recorded).
         self._budgets: dict[tuple[str, str], tuple[float, float, int]] = {}
         self._counts = {
@@ -122,7 +126,8 @@ class EventRecorder:
     ) -> None:
         event = self.event(regarding, reason, fields, by, unrecorded)
         try:
-            await self.kube.create_event(event["metadata"]["namespace"], event)
+            async with self._sending:
+                await self.kube.create_event(event["metadata"]["namespace"], event)
         except KubeError as exc:
             self._counts["failed"].inc()
             log.warning("Event %s not recorded: %s", reason, exc)
