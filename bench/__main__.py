@@ -145,9 +145,17 @@ def main() -> int:
     parser.add_argument("--fanout-rate", type=float, default=100.0, help="changes/s in fan-out")
     parser.add_argument("--report", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json")
+    parser.add_argument(
+        "--only",
+        choices=("kubernetes",),
+        help="run only this scenario at the smallest size and merge it into the existing "
+        "results (the other figures stay as they were)",
+    )
     args = parser.parse_args()
     sizes = sorted(int(x) for x in args.routes.split(","))
     settings = scenarios.Settings(reps=args.reps, seconds=args.seconds)
+    if args.only:
+        return run_only(args, sizes[0], settings)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -193,6 +201,9 @@ def main() -> int:
             entry: dict[str, Any] = {"created": vars(made) | {"per_s": made.per_second}}
             log(f"{size} routes: initial sync against a plain list")
             entry["sync"] = scenarios.initial_sync(kubeconfig, workdir, api, size, args.sync_reps)
+            if size == sizes[0]:
+                log(f"{size} routes: a Kubernetes identity against the static token")
+                entry["kubernetes"] = _kubernetes(cluster, kubeconfig, workdir, size, settings)
             svc = scenarios.ServiceProcess(kubeconfig, workdir).start()
             try:
                 entry["info"] = svc.info()
@@ -224,6 +235,59 @@ def main() -> int:
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))
     log(f"done in {results['total_seconds'] / 60:.1f} min: {args.report} and {args.json}")
+    return 0
+
+
+def _kubernetes(
+    cluster: Cluster, kubeconfig: Path, workdir: Path, size: int, settings: scenarios.Settings
+) -> dict[str, Any]:
+    assert cluster.admin is not None
+    user_token = scenarios.kubernetes_identity_setup(cluster.admin)
+    svc = scenarios.ServiceProcess(kubeconfig, workdir, {"SLO_API_KUBERNETES_AUTH": "true"}).start()
+    try:
+        return scenarios.kubernetes_identity(svc, user_token, size, settings)
+    finally:
+        svc.stop()
+
+
+def _in_run_order(results: dict[str, Any]) -> None:
+    """Put back the order a full run renders in (results.json is written with sorted keys)."""
+    packages = results["machine"]["packages"]
+    results["machine"]["packages"] = {p: packages[p] for p in PACKAGES if p in packages}
+    for entry in results["sizes"].values():
+        pages = entry["config"]
+        entry["config"] = dict(sorted(pages.items(), key=lambda item: item[1]["page"]))
+
+
+def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
+    """One scenario on a fresh control plane, merged into the results of the last full run."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    if str(size) not in results.get("sizes", {}):
+        log(f"{args.json} has no {size}-route results to merge into: run `make bench` first")
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    log("starting the control plane")
+    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+    try:
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        log(f"creating {size} LLM CRs")
+        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
+        log(f"{size} routes: a Kubernetes identity against the static token")
+        entry = _kubernetes(
+            cluster, cluster.credentials.slo_api_kubeconfig, workdir, size, settings
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    entry["loadavg_at_start"] = machine()["loadavg_at_start"]
+    results["sizes"][str(size)]["kubernetes"] = entry
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
     return 0
 
 

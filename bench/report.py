@@ -14,6 +14,8 @@ SYNC_GOAL = 1.2  # initial sync over a plain paged list of the same CRs, from 50
 SYNC_GOAL_FROM = 50_000
 MEMORY_GOAL_MIB = 20.0  # resident MiB per 10,000 indexed CRs
 PEAK_GOAL = 1.3  # peak resident memory during the sync over the memory after it
+OTHER_ROUTES_NOTE = "50 more routes in a namespace it may not list, so /config filters"
+IDENTITY_GOAL = 0.9  # a Kubernetes identity's req/s over a static token's
 
 
 def _n(value: float, digits: int = 0) -> str:
@@ -185,6 +187,41 @@ def render(results: dict[str, Any]) -> str:
         )
     if "fanout" in results:
         _fanout_rows(results["fanout"], row)
+    identity_note = ""
+    for size in sizes:
+        k = results["sizes"][size].get("kubernetes")
+        if not k:
+            continue
+        identity_note = (
+            f"\n- **Kubernetes identity** rows (measured {k['ran_at']}"
+            + (
+                f", alone with `python -m bench --only kubernetes`, load average "
+                f"{' '.join(k['loadavg_at_start'])}"
+                if "loadavg_at_start" in k
+                else ""
+            )
+            + "): the same slo-api process with `SLO_API_KUBERNETES_AUTH=true` answers a "
+            "ServiceAccount token (slo-api-edit in the bench namespace only; "
+            f"{OTHER_ROUTES_NOTE}) and the static token, alternately. Reviews are cached, "
+            "so this is what a request costs once they are warm."
+        )
+        for label, what, connections in (
+            ("config", f"GET /config pageSize=200, middle page ({k['page']})", 8),
+            ("put", "PUT /routes/{route}", 16),
+        ):
+            subject, base = k[label]["subject"], k[label]["baseline"]
+            ratio = subject["rps"]["median"] / base["rps"]["median"]
+            row(
+                f"{what}, Kubernetes identity, {connections} clients, {int(size):,} routes",
+                _rps(subject),
+                _lat(subject),
+                _rps(base) + " static token, same process",
+                _lat(base),
+                f"{ratio:.2f}",
+                f">= {IDENTITY_GOAL}",
+                _met(ratio >= IDENTITY_GOAL),
+                f"{_cpu(subject)} / {_cpu(base)}",
+            )
     empty_rss = results["empty"]["rss_median_kib"]
     for size in sizes:
         sync = results["sizes"][size]["sync"]
@@ -303,7 +340,7 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   change rate reached is shown too: the bench's own API server, on the same two cores, caps it.
 - **Initial sync**: fresh slo-api processes, time from the first `/healthz` 200 to the first
   `/readyz` 200 (every kind listed and indexed), against a plain paged list of the same CRs
-  (limit 500, as the informer pages, parsed with orjson) from the bench process.
+  (limit 500, as the informer pages, parsed with orjson) from the bench process.{identity_note}
 
 | | |
 |---|---|

@@ -41,9 +41,12 @@ class Settings:
 class ServiceProcess:
     """`python -m bench.launcher` (slo-api plus the baseline route) on a loopback port."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self, kubeconfig: Path, workdir: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
+        self.extra_env = extra_env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,6 +71,7 @@ class ServiceProcess:
             "SHUTDOWN_GRACE_SECONDS": "0",
             # A long list of 50,000 CRs pages through the API server: give each call room.
             "UPSTREAM_TIMEOUT_SECONDS": "30",
+            **self.extra_env,
         }
         spawned = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -239,7 +243,82 @@ def put_route(
     return side_by_side(service, direct, s, s.write_connections, svc.pid)
 
 
-# -- 4. The index: initial sync, watch events, memory ------------------------------------
+# -- 4. A Kubernetes identity against a static token ------------------------------------------
+
+OTHER_NAMESPACE = "bench-other"
+OTHER_ROUTES = 50
+
+
+def kubernetes_identity_setup(admin: Any) -> str:
+    """A ServiceAccount that may edit the bench namespace only (slo-api-edit bound there), and a
+    few CRs in a namespace it may not see, so /config filters rather than passing all through.
+    Returns the ServiceAccount's token."""
+    admin.ensure_namespace(OTHER_NAMESPACE)
+    for i in range(OTHER_ROUTES):
+        obj = populate.llm(10_000_000 + i)
+        obj["metadata"]["namespace"] = OTHER_NAMESPACE
+        admin.apply(obj)
+    name = "bench-editor"
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": populate.NAMESPACE},
+        }
+    )
+    admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": populate.NAMESPACE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "slo-api-edit",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": populate.NAMESPACE}],
+        }
+    )
+    token: str = admin.service_account_token(populate.NAMESPACE, name)
+    return token
+
+
+def kubernetes_identity(
+    svc: ServiceProcess, user_token: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """GET /config (middle page) and PUT with a ServiceAccount token against the static token,
+    on the same process (SLO_API_KUBERNETES_AUTH=true). The identity's answers are served from
+    the review caches; what is measured is what each request costs once they are warm."""
+    user = {"Authorization": f"Bearer {user_token}"}
+    page = pages_for(routes)["middle"]
+    path = f"/config?page={page}&pageSize=200"
+    seen = httpx.get(f"{svc.url}{path}", headers=user)
+    seen.raise_for_status()
+    everything = httpx.get(f"{svc.url}{path}", headers=AUTH).json()
+    assert seen.json()["total"] == everything["total"] - OTHER_ROUTES, "not filtered"
+    config = side_by_side(
+        Target(svc.url, [path], headers=user),
+        Target(svc.url, [path], headers=AUTH),
+        s,
+        s.config_connections,
+        svc.pid,
+    )
+    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+
+    def put(headers: dict[str, str]) -> Target:
+        return Target(
+            svc.url,
+            [f"/routes/{n}" for n in names],
+            method="PUT",
+            headers={**headers, "Content-Type": "application/json"},
+            body='{"priority": {n}}',
+        )
+
+    writes = side_by_side(put(user), put(AUTH), s, s.write_connections, svc.pid)
+    return {"page": page, "config": config, "put": writes, "ran_at": time.strftime("%Y-%m-%d")}
+
+
+# -- 5. The index: initial sync, watch events, memory ------------------------------------
 
 
 def _plain_list_seconds(client: httpx.Client) -> tuple[float, int]:

@@ -31,7 +31,7 @@ def run_cluster(directory: Path) -> int:
             f"control plane ready at {cluster.plane.url}\n"
             f"  admin:   export KUBECONFIG={creds.admin_kubeconfig}\n"
             f"  slo-api: export KUBECONFIG={creds.slo_api_kubeconfig}"
-            "   (get/list/watch/patch on the three SLO kinds only)\n"
+            "   (get/list/watch/patch on the three SLO kinds, reviews, Events)\n"
             "CRDs and RBAC from config/ are installed. Ctrl-C stops it.",
             flush=True,
         )
@@ -50,7 +50,9 @@ def run_cluster(directory: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build or find kube-apiserver and etcd; print their paths")
+    commands.add_parser(
+        "build", help="build or find the control plane's binaries; print their paths"
+    )
     cluster = commands.add_parser("cluster", help="run a control plane in the foreground")
     cluster.add_argument(
         "--dir",
@@ -73,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args.dir, args.port)
     if args.command == "build":
         binaries = ensure_all()
-        print(f"kube-apiserver: {binaries.kube_apiserver}\netcd: {binaries.etcd}")
+        print(
+            f"kube-apiserver: {binaries.kube_apiserver}\n"
+            f"kube-controller-manager: {binaries.kube_controller_manager}\n"
+            f"etcd: {binaries.etcd}"
+        )
         return 0
     return run_cluster(args.dir)
 

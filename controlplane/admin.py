@@ -208,15 +208,20 @@ class Admin:
             time.sleep(0.1)
         raise AdminError(504, f"CRD {name} still present after {wait}s")
 
-    def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        seconds: int = 86400,
+        audiences: builtins.list[str] | None = None,
+    ) -> str:
+        spec: Obj = {"expirationSeconds": seconds}
+        if audiences:
+            spec["audiences"] = audiences
         result = self.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": seconds},
-            },
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
         )
         token: str = result["status"]["token"]
         return token

@@ -1,9 +1,11 @@
-"""Find, or build from the Go module proxy, the kube-apiserver and etcd binaries.
+"""Find, or build from the Go module proxy, the kube-apiserver, kube-controller-manager and etcd
+binaries.
 
-Prebuilt binaries win, as envtest users expect: TEST_ASSET_KUBE_APISERVER and TEST_ASSET_ETCD,
-then KUBEBUILDER_ASSETS. Otherwise the binaries are built from the two Go modules under
-`controlplane/go/` and cached under the user's cache directory, keyed by their versions, so a
-build happens once per machine and version.
+Prebuilt binaries win, as envtest users expect: TEST_ASSET_KUBE_APISERVER,
+TEST_ASSET_KUBE_CONTROLLER_MANAGER and TEST_ASSET_ETCD, then KUBEBUILDER_ASSETS (envtest ships no
+kube-controller-manager: it is built when missing). Otherwise the binaries are built from the two
+Go modules under `controlplane/go/` and cached under the user's cache directory, keyed by their
+versions, so a build happens once per machine and version.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ GO_DIR = Path(__file__).parent / "go"
 class Binaries:
     kube_apiserver: Path
     etcd: Path
+    kube_controller_manager: Path
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,13 @@ KUBE_APISERVER = _Component(
     GO_DIR / "kube-apiserver",
     "k8s.io/kubernetes",
     "k8s.io/kubernetes/cmd/kube-apiserver",
+)
+# From the same Go module as kube-apiserver (so the same version, and a shared build cache).
+KUBE_CONTROLLER_MANAGER = _Component(
+    "kube-controller-manager",
+    GO_DIR / "kube-apiserver",
+    "k8s.io/kubernetes",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
 )
 ETCD = _Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
 
@@ -134,4 +144,7 @@ def ensure_all() -> Binaries:
     return Binaries(
         kube_apiserver=ensure(KUBE_APISERVER, "TEST_ASSET_KUBE_APISERVER"),
         etcd=ensure(ETCD, "TEST_ASSET_ETCD"),
+        kube_controller_manager=ensure(
+            KUBE_CONTROLLER_MANAGER, "TEST_ASSET_KUBE_CONTROLLER_MANAGER"
+        ),
     )

@@ -134,6 +134,43 @@ def write_env(path: Path, url: str, token: str, kubeconfig: Path) -> None:
     path.chmod(0o600)
 
 
+# Kubernetes identities for the page: RBAC, not slo-api, decides what each may do.
+DEMO_NAMESPACE = "demo"
+DEMO_IDENTITIES = (("demo-editor", "edit"), ("demo-viewer", "view"))
+
+
+def create_demo_identities(admin: Admin, directory: Path) -> dict[str, Path]:
+    """ServiceAccounts bound to the built-in `edit` and `view` roles in the demo namespace
+    only; their tokens are written to files (0600) in `directory`."""
+    files: dict[str, Path] = {}
+    for name, role in DEMO_IDENTITIES:
+        admin.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": DEMO_NAMESPACE},
+            }
+        )
+        admin.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": DEMO_NAMESPACE},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": DEMO_NAMESPACE}],
+            }
+        )
+        path = directory / f"{name}.token"
+        path.write_text(admin.service_account_token(DEMO_NAMESPACE, name) + "\n")
+        path.chmod(0o600)
+        files[name] = path
+    return files
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -152,14 +189,23 @@ def run_demo(directory: Path, port: int) -> int:
         apply_samples(cluster.admin, load_samples())
         token = secrets.token_urlsafe(24)
         url = f"http://127.0.0.1:{port}"
-        service = start_service(creds.slo_api_kubeconfig, port, token)
+        identities = create_demo_identities(cluster.admin, directory)
+        service = start_service(
+            creds.slo_api_kubeconfig,
+            port,
+            token,
+            extra_env={"SLO_API_KUBERNETES_AUTH": "true"},
+        )
         wait_ready(url, service)
         env_file = directory / "env"
         write_env(env_file, url, token, creds.admin_kubeconfig)
         print(
             "\nslo-api demo is ready (sample CRs from config/samples)\n"
             f"  page:       {url}/demo-webui\n"
-            f"  token:      {token}\n"
+            f"  token:      {token}  (static write token: every route)\n"
+            f"  as a user:  $(cat {identities['demo-editor']})  (ServiceAccount demo-editor:\n"
+            f"              the built-in edit role in namespace {DEMO_NAMESPACE} only)\n"
+            f"              $(cat {identities['demo-viewer']})  (demo-viewer: view there)\n"
             f"  shell:      source {env_file}\n"
             '  try:        curl -H "Authorization: Bearer $SLO_API_TOKEN" $SLO_API_URL/config\n'
             f"  kubeconfig: {creds.admin_kubeconfig} (admin; e.g. kubectl get llmslo -A)\n"

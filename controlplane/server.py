@@ -15,6 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
+from controlplane.admin import kubeconfig
 from controlplane.binaries import Binaries, ensure_all
 from controlplane.pki import Pki, make_pki
 
@@ -80,8 +83,14 @@ class _Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
+# The one controller the tests need: it fills ClusterRoles with an aggregationRule (the built-in
+# admin, edit and view) from the ClusterRoles labelled for them, as in a real cluster.
+CONTROLLERS = "clusterrole-aggregation-controller"
+
+
 class ControlPlane:
-    """etcd plus kube-apiserver with RBAC, TokenRequest and a client-certificate admin."""
+    """etcd, kube-apiserver with RBAC, TokenRequest and a client-certificate admin, and a
+    kube-controller-manager running only the controllers the tests need."""
 
     def __init__(
         self,
@@ -97,12 +106,18 @@ class ControlPlane:
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
         self.port = free_port()
+        self.controller_manager_port = free_port()
         self.pki: Pki = make_pki(self.workdir / "pki")
         self.url = f"https://127.0.0.1:{self.port}"
         self.etcd_url = f"http://127.0.0.1:{self.etcd_port}"
         self._etcd = _Process("etcd", self._etcd_argv(), self.workdir / "etcd.log")
         self._apiserver = _Process(
             "kube-apiserver", self._apiserver_argv(), self.workdir / "kube-apiserver.log"
+        )
+        self._controller_manager = _Process(
+            "kube-controller-manager",
+            self._controller_manager_argv(),
+            self.workdir / "kube-controller-manager.log",
         )
 
     def _etcd_argv(self) -> list[str]:
@@ -140,12 +155,26 @@ class ControlPlane:
             "--v=1",
         ]
 
+    def _controller_manager_argv(self) -> list[str]:
+        return [
+            str(self.binaries.kube_controller_manager),
+            f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
+            f"--controllers={CONTROLLERS}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.controller_manager_port}",
+            f"--cert-dir={self.workdir / 'controller-manager-certs'}",
+            "--use-service-account-credentials=false",
+            "--v=1",
+        ]
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> ControlPlane:
         try:
             self.start_etcd()
             self.start_apiserver()
+            self.start_controller_manager()
         except BaseException:
             self.stop()
             raise
@@ -159,6 +188,28 @@ class ControlPlane:
         self._apiserver.start()
         self._wait(self._apiserver, f"{self.url}/readyz", self._ssl_context())
 
+    def start_controller_manager(self) -> None:
+        config = kubeconfig(
+            self.url,
+            self.pki.ca_cert,
+            user="admin",
+            cert=(self.pki.admin_cert, self.pki.admin_key),
+        )
+        path = self.workdir / "controller-manager.kubeconfig"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        self._controller_manager.start()
+        # It serves /healthz with a certificate of its own making: the port answering is
+        # what is waited for, not who signed it.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        self._wait(
+            self._controller_manager,
+            f"https://127.0.0.1:{self.controller_manager_port}/healthz",
+            context,
+        )
+
     def stop_apiserver(self) -> None:
         self._apiserver.stop()
 
@@ -167,6 +218,7 @@ class ControlPlane:
         self.start_apiserver()
 
     def stop(self) -> None:
+        self._controller_manager.stop()
         self._apiserver.stop()
         self._etcd.stop()
         if self._owns_workdir:

@@ -210,6 +210,11 @@ class CRIndex:
         """The (plural, namespace) of each CR claiming a route, without decoding them."""
         return [(plural, ns) for plural, ns, _ in sorted(self._claims.get(route, ()))]
 
+    def placed(self, plural: str) -> Iterator[tuple[str, str]]:
+        """(namespace, route) of every CR of a kind shown, without decoding any."""
+        for (namespace, _), entry in self._objects[plural].items():
+            yield namespace, entry.route
+
     def routes(self, kind: str | None = None) -> list[str]:
         """Route names in sorted order, all or those claimed by a kind (not a copy)."""
         return (self._all if kind is None else self._by_kind[kind]).items

@@ -12,7 +12,7 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +135,9 @@ class Kube:
     def __init__(self, api_client: Any, timeout: float, observe: Observer | None = None) -> None:
         self._api_client = api_client
         self._api = client.CustomObjectsApi(api_client)
+        self._authn = client.AuthenticationV1Api(api_client)
+        self._authz = client.AuthorizationV1Api(api_client)
+        self._events = client.EventsV1Api(api_client)
         self.timeout = timeout
         self._observe = observe or (lambda verb, code, seconds: None)
 
@@ -263,6 +266,8 @@ class Kube:
             "_content_type": "application/merge-patch+json",
             # Strict: a field the installed CRD lacks is an error, not silently pruned.
             "field_validation": "Strict",
+            # Named so `managedFields` (and `kubectl diff`) show which fields slo-api owns.
+            "field_manager": "slo-api",
             "_request_timeout": self.timeout,
             "_preload_content": False,
         }
@@ -273,6 +278,52 @@ class Kube:
             _json_body(
                 self._api.patch_namespaced_custom_object(
                     res.group, res.version, namespace, res.plural, name, patch, **kwargs
+                )
+            ),
+        )
+        return result
+
+    async def review_token(self, token: str, audiences: Sequence[str]) -> Obj:
+        """A TokenReview's `status`: who the API server says the bearer of `token` is."""
+        spec: Obj = {"token": token}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        result: Obj = await self._call(
+            "tokenreview",
+            _json_body(
+                self._authn.create_token_review(
+                    body, _request_timeout=self.timeout, _preload_content=False
+                )
+            ),
+        )
+        status: Obj = result.get("status") or {}
+        return status
+
+    async def review_access(self, spec: Obj) -> Obj:
+        """A SubjectAccessReview's `status`: may this user do this to that resource?"""
+        body: Any = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        result: Obj = await self._call(
+            "subjectaccessreview",
+            _json_body(
+                self._authz.create_subject_access_review(
+                    body, _request_timeout=self.timeout, _preload_content=False
+                )
+            ),
+        )
+        status: Obj = result.get("status") or {}
+        return status
+
+    async def create_event(self, namespace: str, event: Any) -> Obj:
+        result: Obj = await self._call(
+            "event",
+            _json_body(
+                self._events.create_namespaced_event(
+                    namespace, event, _request_timeout=self.timeout, _preload_content=False
                 )
             ),
         )

@@ -160,6 +160,31 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.authentications = Counter(
+            "slo_api_authentications_total",
+            "Callers authenticated, by method (static, kubernetes) and result",
+            ["method", "result"],
+            registry=self.registry,
+        )
+        self.authorizations = Counter(
+            "slo_api_authorizations_total",
+            "Access decisions, by method (static, kubernetes), verb and result",
+            ["method", "verb", "result"],
+            registry=self.registry,
+        )
+        self.review_cache = Counter(
+            "slo_api_review_cache_total",
+            "TokenReview and SubjectAccessReview cache look-ups, by cache and hit or miss",
+            ["cache", "result"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "slo_api_events_total",
+            "Kubernetes Events recorded for writes, by result (recorded, failed, dropped)",
+            ["result"],
+            registry=self.registry,
+        )
+
     def observe_upstream(self, verb: str, code: str, seconds: float) -> None:
         self.upstream.labels(verb, code).inc()
         self.upstream_latency.labels(verb).observe(seconds)

@@ -7,14 +7,17 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from slo_api.auth import TokenStore
+from slo_api.events import EventRecorder
 from slo_api.feed import Feed
 from slo_api.groups import KindWatch
+from slo_api.identity import Gatekeeper
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings, namespace_list
+from slo_api.visible import VisiblePages
 
 log = logging.getLogger("slo_api")
 
@@ -39,6 +42,9 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
+        self.gate = Gatekeeper(settings, kube, self.kinds, tokens, metrics)
+        self.visible = VisiblePages(self.service, self.index)
+        self.events = EventRecorder(kube, metrics)
         # Before the informers, so it hears every change they make.
         self.feed = Feed(
             self.service,
@@ -124,4 +130,5 @@ class Runtime:
                 log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
                 task.cancel()
         self._tasks = []
+        await self.events.close()
         await self.kube.close()

@@ -287,7 +287,9 @@ class Service:
         Each item is encoded once and kept by the index until its CRs change, so a page costs
         a slice and a join, whatever the size of the index.
         """
-        routes = self.index.routes(kind)
+        return self.render_page(self.index.routes(kind), page, page_size, full)
+
+    def render_page(self, routes: list[str], page: int, page_size: int, full: bool) -> bytes:
         start = (page - 1) * page_size
         view, render = ("full", self._full_json) if full else ("summary", self._summary_json)
         rendered = self.index.rendered

@@ -57,6 +57,29 @@ class Settings(BaseSettings):
     slo_api_tokens_file: Path | None = Field(
         None, description="A file of `token role` lines (role read or write), re-read on change."
     )
+    slo_api_kubernetes_auth: bool = Field(
+        False,
+        description="Authenticate other bearer tokens with a TokenReview and authorize each "
+        "request with a SubjectAccessReview (the cluster's RBAC).",
+    )
+    slo_api_token_audiences: str | None = Field(
+        None, description="Comma-separated audiences sent in each TokenReview (optional)."
+    )
+    token_review_seconds: float = Field(
+        60, ge=0, description="How long an authenticated token is remembered."
+    )
+    token_refused_seconds: float = Field(
+        10, ge=0, description="How long a refused token is remembered."
+    )
+    access_allowed_seconds: float = Field(
+        30, ge=0, description="How long an allowed SubjectAccessReview is remembered."
+    )
+    access_denied_seconds: float = Field(
+        5, ge=0, description="How long a denied SubjectAccessReview is remembered."
+    )
+    review_cache_size: int = Field(
+        10000, ge=1, description="Most token reviews, and most access reviews, remembered."
+    )
     host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
     port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -167,8 +190,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _needs_a_token(self) -> Settings:
-        if self.slo_api_token is None and self.slo_api_tokens_file is None:
-            raise ValueError("set SLO_API_TOKEN or SLO_API_TOKENS_FILE")
+        if (
+            self.slo_api_token is None
+            and self.slo_api_tokens_file is None
+            and not self.slo_api_kubernetes_auth
+        ):
+            raise ValueError(
+                "set SLO_API_TOKEN or SLO_API_TOKENS_FILE, or SLO_API_KUBERNETES_AUTH=true"
+            )
         if self.slo_api_token is not None:
             token = self.slo_api_token.get_secret_value()
             if not token.strip():
@@ -177,3 +206,8 @@ class Settings(BaseSettings):
             if problem is not None:
                 raise ValueError(f"SLO_API_TOKEN: {problem}")
         return self
+
+    @property
+    def token_audiences(self) -> list[str]:
+        value = self.slo_api_token_audiences or ""
+        return [a.strip() for a in value.split(",") if a.strip()]

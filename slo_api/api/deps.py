@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the running service and the caller's role."""
+"""FastAPI dependencies: the running service and the caller."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from slo_api.auth import Role, TokenStore
+from slo_api.api.middleware import CALLER_SCOPE_KEY
 from slo_api.errors import ApiError
+from slo_api.identity import Caller
 from slo_api.runtime import Runtime
 from slo_api.service import Service
 
@@ -27,29 +28,25 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-def _role(request: Request, tokens: TokenStore) -> Role:
-    role = tokens.role_of(_bearer(request))
-    if role is None:
-        raise ApiError(401, "the token is not valid")
-    return role
+async def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Caller:
+    caller = await rt.gate.authenticate(_bearer(request))
+    request.scope[CALLER_SCOPE_KEY] = caller.name
+    return caller
 
 
-async def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
-    return _role(request, rt.tokens)
-
-
-async def write_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Role:
-    role = _role(request, rt.tokens)
-    if role != "write":
+async def write_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Caller:
+    caller = await read_access(request, rt)
+    if caller.role == "read":
         raise ApiError(403, "this token may read but not change routes")
-    return role
+    # A Kubernetes identity is authorized on the CR the route resolves to, in the handler.
+    return caller
 
 
 async def service(rt: Annotated[Runtime, Depends(runtime)]) -> Service:
     return rt.service
 
 
-ReadRole = Annotated[Role, Depends(read_access)]
-WriteRole = Annotated[Role, Depends(write_access)]
+ReadCaller = Annotated[Caller, Depends(read_access)]
+WriteCaller = Annotated[Caller, Depends(write_access)]
 ServiceDep = Annotated[Service, Depends(service)]
 RuntimeDep = Annotated[Runtime, Depends(runtime)]

@@ -22,6 +22,9 @@ _METHODS = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 )
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
+# Where the auth dependency leaves who called, for the request log line: the scope outlives
+# the endpoint, while a context variable set in a dependency would not reach this middleware.
+CALLER_SCOPE_KEY = "slo_api.caller"
 
 
 class RequestMiddleware:
@@ -76,7 +79,11 @@ class RequestMiddleware:
                     method,
                     template,
                     status,
-                    extra={"status": status, "duration_ms": round(elapsed * 1000, 1)},
+                    extra={
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 1),
+                        "user": scope.get(CALLER_SCOPE_KEY),
+                    },
                 )
             request_id.reset(token)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from slo_api.api.deps import ReadRole, RuntimeDep, ServiceDep, WriteRole
+from slo_api.api.deps import ReadCaller, RuntimeDep, ServiceDep, WriteCaller
 from slo_api.api.schema import (
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
@@ -21,6 +21,7 @@ from slo_api.api.schema import (
 )
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
+from slo_api.identity import Caller
 from slo_api.jsonbody import parse_object
 from slo_api.route_names import route_problem
 from slo_api.service import Result, Service, parse_if_match
@@ -61,9 +62,30 @@ class _Write:
     outcome: int = 500
 
 
+async def _authorized(svc: Service, route: str, caller: Caller, verb: str) -> None:
+    """Raise 403 unless the caller may `verb` the CR the route resolves to."""
+    target = svc.resolve(route)
+    await caller.require(verb, target.kind, target.namespace, target.name)
+
+
+def _record_event(
+    request: Request, svc: Service, route: str, caller: Caller, write: _Write
+) -> None:
+    if write.result is None:
+        return
+    try:
+        target = svc.resolve(route)
+    except ApiError:  # gone from the index meanwhile: nothing to attach the Event to
+        return
+    reason = "SLOReset" if request.method == "DELETE" else "SLOUpdated"
+    regarding = {**target.obj, "metadata": {**target.obj["metadata"]}}
+    regarding["metadata"]["resourceVersion"] = write.result.etag.strip('"')
+    request.app.state.runtime.events.record(regarding, reason, write.result.changed, caller.name)
+
+
 @contextlib.contextmanager
 def _audited(
-    request: Request, svc: Service, route: str, role: str, dry_run: bool
+    request: Request, svc: Service, route: str, caller: Caller, dry_run: bool
 ) -> Iterator[_Write]:
     write = _Write()
     kind = svc.kind_of(route)
@@ -84,7 +106,8 @@ def _audited(
                 "method": request.method,
                 "fields": write.result.changed if write.result else None,
                 "dry_run": dry_run,
-                "role": role,
+                "role": caller.role,
+                "user": caller.name,
                 "outcome": write.outcome,
             },
         )
@@ -93,9 +116,11 @@ def _audited(
 
 
 async def get_route(
-    route: RouteName, svc: ServiceDep, role: ReadRole, if_none_match: IfNoneMatch = None
+    route: RouteName, svc: ServiceDep, caller: ReadCaller, if_none_match: IfNoneMatch = None
 ) -> Response:
     _check_route(route)
+    if not caller.static:
+        await _authorized(svc, route, caller, "get")
     result = await svc.read(route)
     if _matches(if_none_match, result.etag):
         return Response(status_code=304, headers={"ETag": result.etag})
@@ -106,12 +131,14 @@ async def put_route(
     route: RouteName,
     request: Request,
     svc: ServiceDep,
-    role: WriteRole,
+    caller: WriteCaller,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    with _audited(request, svc, route, role, dry_run) as write:
+    with _audited(request, svc, route, caller, dry_run) as write:
+        if not caller.static:
+            await _authorized(svc, route, caller, "patch")
         content_type = request.headers.get("content-type")
         if content_type and content_type.split(";")[0].strip().lower() not in (
             "application/json",
@@ -123,6 +150,8 @@ async def put_route(
             route, data, if_match=parse_if_match(if_match), dry_run=dry_run
         )
         write.outcome = 200
+        if not dry_run:
+            _record_event(request, svc, route, caller, write)
         return _json(write.result.body, headers={"ETag": write.result.etag})
 
 
@@ -130,17 +159,20 @@ async def delete_route(
     route: RouteName,
     request: Request,
     svc: ServiceDep,
-    role: WriteRole,
+    caller: WriteCaller,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    with _audited(request, svc, route, role, dry_run) as write:
+    with _audited(request, svc, route, caller, dry_run) as write:
+        if not caller.static:
+            await _authorized(svc, route, caller, "patch")
         write.result = await svc.reset(route, if_match=parse_if_match(if_match), dry_run=dry_run)
         if dry_run:
             write.outcome = 200
             return _json(write.result.body, headers={"ETag": write.result.etag})
         write.outcome = 204
+        _record_event(request, svc, route, caller, write)
         return Response(status_code=204, headers={"ETag": write.result.etag})
 
 
@@ -189,7 +221,7 @@ for prefix, tag, suffix in (
 )
 async def list_routes(
     rt: RuntimeDep,
-    role: ReadRole,
+    caller: ReadCaller,
     page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
     kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
@@ -221,10 +253,16 @@ async def list_routes(
             since=since,
             accept=accept,
             last_event_id=last_event_id,
+            # A Kubernetes identity follows only the routes it may list.
+            visible=None if caller.static else caller.may_list,
         )
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")
-    body, etag = rt.service.page(page, page_size, kind, full=view == "full")
+    if caller.static:
+        body, etag = rt.service.page(page, page_size, kind, full=view == "full")
+    else:
+        allowed = await caller.listable(rt.visible.namespaces())
+        body, etag = rt.visible.page(allowed, page, page_size, kind, view == "full")
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})

@@ -20,7 +20,7 @@ class ErrorDetail(BaseModel):
     code: str = Field(
         description="invalid_request, unauthorized, forbidden, not_found, "
         "method_not_allowed, conflict, precondition_failed, "
-        "payload_too_large, unsupported_media_type, not_ready, "
+        "payload_too_large, unsupported_media_type, not_ready, unavailable, "
         "upstream_error, upstream_timeout or internal_error"
     )
     message: str
@@ -76,7 +76,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         304: "Not modified (If-None-Match matched)",
         400: "Invalid request",
         401: "Missing or wrong token",
-        403: "A read token on a write",
+        403: "A read token on a write, or RBAC denies the Kubernetes identity this verb",
         404: "No such route",
         409: "The route is claimed by more than one CR",
         412: "If-Match did not match",
@@ -86,13 +86,13 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         "watch again without it",
         429: "watch: MAX_WATCHERS streams are open already (see Retry-After)",
         502: "The API server failed",
-        503: "Not ready",
+        503: "Not ready, or the API server cannot review a Kubernetes identity (Retry-After)",
         504: "The API server timed out",
     }
     return {c: {"description": text[c], **({} if c == 304 else {"content": _ERROR})} for c in codes}
 
 
-_COMMON = (400, 401, 404, 409, 502, 504)
+_COMMON = (400, 401, 403, 404, 409, 502, 503, 504)
 _ETAG = {"ETag": {"description": "The CR's resourceVersion, quoted", "schema": {"type": "string"}}}
 GET_RESPONSES = {
     200: {
@@ -108,7 +108,7 @@ PUT_RESPONSES = {
         "headers": _ETAG,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
-    **_errors(*_COMMON, 403, 412, 413, 415),
+    **_errors(*_COMMON, 412, 413, 415),
 }
 DELETE_RESPONSES = {
     204: {"description": "Reset", "headers": _ETAG},
@@ -116,7 +116,7 @@ DELETE_RESPONSES = {
         "description": "With dryRun: the would-be route",
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
-    **_errors(*_COMMON, 403, 412),
+    **_errors(*_COMMON, 412),
 }
 WATCH_EVENT = {
     "type": "object",

@@ -15,6 +15,7 @@ from pathlib import Path
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
+from slo_api.cli.kubeconfig import token_from_kubeconfig
 from slo_api.cli.output import FORMATS
 
 DEFAULT_TIMEOUT = 10.0
@@ -25,7 +26,9 @@ ENVIRONMENT_HELP = """\
 environment:
   SLO_API_URL    server base URL, e.g. http://localhost:8080 (or --server)
   SLO_API_TOKEN  bearer token (or --token-file, which keeps it out of the environment too;
-                 --token puts it in the process list)"""
+                 --token puts it in the process list)
+  KUBECONFIG     without a token: the current context's token, tokenFile or exec plugin
+                 (or --kubeconfig), for slo-api's Kubernetes identities"""
 
 SET_HELP = """\
 keys (dotted paths as `sloctl get` shows them):
@@ -63,6 +66,12 @@ def _common_options() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         metavar="PATH",
         help="read the bearer token from a file; - for stdin",
+    )
+    group.add_argument(
+        "--kubeconfig",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="without a token, send the current context's (default: $KUBECONFIG)",
     )
     group.add_argument(
         "--timeout",
@@ -176,7 +185,7 @@ def _dry_run(parser: argparse.ArgumentParser) -> None:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    """--token, else --token-file, else $SLO_API_TOKEN."""
+    """--token, else --token-file, else $SLO_API_TOKEN (else, in main, the kubeconfig's)."""
     token: str | None = getattr(args, "token", None)
     path: str | None = getattr(args, "token_file", None)
     if path is None:
@@ -207,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     server = getattr(args, "server", None) or os.environ.get("SLO_API_URL")
+    # Only a kubeconfig asked for (flag or KUBECONFIG), never ~/.kube/config by default:
+    # a cluster credential goes to slo-api only when the user points at it.
+    kubeconfig = getattr(args, "kubeconfig", None) or os.environ.get("KUBECONFIG")
     args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
     args.output = getattr(args, "output", "table")
     handler: Command = args.handler
@@ -214,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not server:
             raise usage("no server: pass --server or set SLO_API_URL")
         token = _token(args)
+        if not token and kubeconfig:
+            token = token_from_kubeconfig(kubeconfig)
         with SloClient(server, token, args.timeout) as client:
             return handler(client, args)
     except CliError as exc:

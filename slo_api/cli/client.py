@@ -30,8 +30,9 @@ _EXIT_BY_STATUS = {
 }
 
 _HINTS = {
-    401: "pass --token-file (or --token) or set SLO_API_TOKEN",
-    403: "the token may be read-only; writes need a write token",
+    401: "pass --token-file (or --token), set SLO_API_TOKEN, or point --kubeconfig at a context "
+    "with a token",
+    403: "the token may be read-only, or RBAC does not grant this identity the verb",
 }
 
 

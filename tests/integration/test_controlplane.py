@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -189,3 +190,45 @@ def test_service_ids_follow_the_route_name_rule(admin: Admin, namespace: str, bu
         assert error.status == 422, repr(service_id)
         causes = error.body["details"]["causes"]
         assert any(c["field"] == "spec.serviceId" for c in causes), causes
+
+
+def _rules_of(admin: Admin, role: str) -> set[tuple[str, str, str]]:
+    found = admin.get("rbac.authorization.k8s.io/v1", "ClusterRole", None, role)
+    return {
+        (group, resource, verb)
+        for rule in found.get("rules") or []
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule.get("verbs", [])
+    }
+
+
+@pytest.mark.parametrize(
+    ("builtin", "verbs"),
+    [
+        ("view", {"get", "list", "watch"}),
+        ("edit", {"get", "list", "watch", "patch"}),
+        ("admin", {"get", "list", "watch", "patch"}),
+    ],
+)
+def test_the_built_in_roles_aggregate_slo_api_s_user_roles(
+    admin: Admin, builtin: str, verbs: set[str]
+) -> None:
+    """kube-controller-manager's clusterrole-aggregation fills them, as in a real cluster."""
+    wanted = {
+        (group, plural, verb)
+        for group, plural in (
+            ("inference.modelsphere.dev", "llmslorequirements"),
+            ("inference.modelsphere.dev", "jobslorequirements"),
+            ("inference.llmkube.dev", "modelpools"),
+        )
+        for verb in verbs
+    }
+    deadline = time.monotonic() + 30
+    while not wanted <= _rules_of(admin, builtin):
+        assert time.monotonic() < deadline, f"{builtin} never aggregated slo-api's rules"
+        time.sleep(0.2)
+    if builtin == "view":
+        assert (
+            not {r for r in _rules_of(admin, builtin) if r[1] in {p for _, p, _ in wanted}} - wanted
+        )

@@ -1,0 +1,148 @@
+"""Kubernetes Events (events.k8s.io/v1) on the CRs slo-api changes: who changed what.
+
+`kubectl describe` of a CR then shows each change made through slo-api. An Event is recorded
+in the background: it never fails, and never slows down, the write the client waits for.
+Failures are logged and counted in `slo_api_events_total{result="failed"}`.
+
+Like client-go's event spam filter, each CR has a budget (a burst, then one Event per interval):
+a client hammering one CR would otherwise double the API server's writes. Writes beyond it are
+counted, and the next Event says how many went unrecorded (the audit log has every write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import socket
+import time
+import uuid
+
+from slo_api.kinds.base import Obj
+from slo_api.kube import Kube, KubeError
+from slo_api.metrics import Metrics
+
+log = logging.getLogger("slo_api.events")
+
+CONTROLLER = "slo-api"
+MAX_PENDING = 256
+# Events sent at once: they share the API client's connection pool with the watches and the
+# writes, which must never queue behind them.
+MAX_SENDING = 4
+BURST = 10  # Events per CR at once
+REFILL_SECONDS = 6.0  # then one per CR this often
+BUDGETS = 10_000  # CRs whose budget is remembered (the least recent are forgotten)
+NOTE_LIMIT = 1024  # the API server refuses a longer note
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        kube: Kube,
+        metrics: Metrics,
+        instance: str | None = None,
+        burst: int = BURST,
+        refill_seconds: float = REFILL_SECONDS,
+    ) -> None:
+        self.kube = kube
+        self.instance = (instance or os.environ.get("POD_NAME") or socket.gethostname())[:128]
+        self.burst = burst
+        self.refill_seconds = refill_seconds
+        self._pending: set[asyncio.Task[None]] = set()
+        self._sending = asyncio.Semaphore(MAX_SENDING)
+        # Per CR (namespace, name): (Events left, when last refilled, writes not recorded).
+        self._budgets: dict[tuple[str, str], tuple[float, float, int]] = {}
+        self._counts = {
+            r: metrics.events.labels(r) for r in ("recorded", "failed", "dropped", "suppressed")
+        }
+
+    def record(self, regarding: Obj, reason: str, fields: list[str], by: str) -> None:
+        """Start recording an Event on the CR `regarding`; returns at once."""
+        meta = regarding.get("metadata") or {}
+        unrecorded = self._spend((str(meta.get("namespace")), str(meta.get("name"))))
+        if unrecorded is None:
+            self._counts["suppressed"].inc()
+            return
+        if len(self._pending) >= MAX_PENDING:
+            # The API server is too slow to keep up: drop rather than hold memory.
+            self._counts["dropped"].inc()
+            return
+        task = asyncio.create_task(self._send(regarding, reason, fields, by, unrecorded))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    def _spend(self, key: tuple[str, str]) -> int | None:
+        """Take one Event from the CR's budget: how many writes went unrecorded before this
+        one, or None when the budget is spent (this write is counted as unrecorded)."""
+        now = time.monotonic()
+        left, since, unrecorded = self._budgets.pop(key, (float(self.burst), now, 0))
+        left = min(float(self.burst), left + (now - since) / self.refill_seconds)
+        if len(self._budgets) >= BUDGETS:
+            del self._budgets[next(iter(self._budgets))]
+        if left < 1:
+            self._budgets[key] = (left, now, unrecorded + 1)
+            return None
+        self._budgets[key] = (left - 1, now, 0)
+        return unrecorded
+
+    def event(
+        self, regarding: Obj, reason: str, fields: list[str], by: str, unrecorded: int = 0
+    ) -> Obj:
+        meta = regarding.get("metadata") or {}
+        verb = "reset" if reason == "SLOReset" else "changed"
+        what = ", ".join(fields) if fields else "no fields"
+        note = f"{by} {verb} {what} through slo-api"
+        if unrecorded:
+            note += f" ({unrecorded} earlier writes not recorded as Events: see the audit log)"
+        now = datetime.datetime.now(datetime.UTC)
+        return {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                # As client-go names them: the object's name and a unique suffix.
+                "name": f"{str(meta.get('name', 'slo'))[:200]}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta.get("namespace"),
+            },
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "type": "Normal",
+            "reason": reason,
+            "action": "Reset" if reason == "SLOReset" else "Update",
+            "note": note[:NOTE_LIMIT],
+            "reportingController": CONTROLLER,
+            "reportingInstance": self.instance,
+            "regarding": {
+                "apiVersion": regarding.get("apiVersion"),
+                "kind": regarding.get("kind"),
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+
+    async def _send(
+        self, regarding: Obj, reason: str, fields: list[str], by: str, unrecorded: int
+    ) -> None:
+        event = self.event(regarding, reason, fields, by, unrecorded)
+        try:
+            async with self._sending:
+                await self.kube.create_event(event["metadata"]["namespace"], event)
+        except KubeError as exc:
+            self._counts["failed"].inc()
+            log.warning("Event %s not recorded: %s", reason, exc)
+        except Exception:
+            self._counts["failed"].inc()
+            log.exception("Event %s not recorded", reason)
+        else:
+            self._counts["recorded"].inc()
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Let Events in flight finish (briefly), then cancel what is left."""
+        if not self._pending:
+            return
+        _, late = await asyncio.wait(set(self._pending), timeout=grace)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=grace)

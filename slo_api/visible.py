@@ -1,0 +1,82 @@
+"""`GET /config` for a caller who may list some namespaces only (a Kubernetes identity).
+
+The allowed (kind, namespace) pairs are worked out once per request; the routes they let the
+caller see, and the pages built from them, are kept until the index next changes, so a caller
+polling its pages pays a few dictionary look-ups, as a static-token caller does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from slo_api.index import CRIndex
+from slo_api.service import Service
+
+Allowed = frozenset[tuple[str, str]]
+ROUTE_LISTS = 64
+PAGES = 256
+
+
+class VisiblePages:
+    def __init__(self, service: Service, index: CRIndex) -> None:
+        self.service = service
+        self.index = index
+        self._plural = {k.name: p for p, k in service.kinds.items()}
+        self._name = {p: k.name for p, k in service.kinds.items()}
+        self._generation = -1
+        self._namespaces: dict[str, set[str]] = {}
+        self._everything: Allowed = frozenset()
+        self._routes: dict[tuple[Allowed, str | None], list[str]] = {}
+        self._pages: dict[tuple[Allowed, int, int, str | None, bool], tuple[bytes, str]] = {}
+
+    def _follow_index(self) -> None:
+        if self._generation == self.index.generation:
+            return
+        self._generation = self.index.generation
+        self._namespaces = {
+            self._name[p]: {namespace for namespace, _ in self.index.placed(p)}
+            for p in self.service.kinds
+        }
+        self._everything = frozenset(
+            (k, ns) for k, spaces in self._namespaces.items() for ns in spaces
+        )
+        self._routes.clear()
+        self._pages.clear()
+
+    def namespaces(self) -> dict[str, set[str]]:
+        """The namespaces that hold CRs, by kind name: what a caller's `list` is asked about."""
+        self._follow_index()
+        return self._namespaces
+
+    def page(
+        self, allowed: Allowed, page: int, page_size: int, kind: str | None, full: bool
+    ) -> tuple[bytes, str]:
+        self._follow_index()
+        if allowed >= self._everything:
+            # Sees every namespace there is: the very pages a static token gets.
+            return self.service.page(page, page_size, kind, full)
+        key = (allowed, page, page_size, kind, full)
+        cached = self._pages.get(key)
+        if cached is None:
+            body = self.service.render_page(self._visible(allowed, kind), page, page_size, full)
+            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+            if len(self._pages) >= PAGES:
+                del self._pages[next(iter(self._pages))]
+            cached = self._pages[key] = (body, etag)
+        return cached
+
+    def _visible(self, allowed: Allowed, kind: str | None) -> list[str]:
+        """Routes with at least one claiming CR the caller may list (an ambiguous route too)."""
+        key = (allowed, kind)
+        routes = self._routes.get(key)
+        if routes is None:
+            seen: set[str] = set()
+            for plural, k in self.service.kinds.items():
+                for namespace, route in self.index.placed(plural):
+                    if (k.name, namespace) in allowed:
+                        seen.add(route)
+            routes = [route for route in self.index.routes(kind) if route in seen]
+            if len(self._routes) >= ROUTE_LISTS:
+                del self._routes[next(iter(self._routes))]
+            self._routes[key] = routes
+        return routes

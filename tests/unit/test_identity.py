@@ -1,0 +1,288 @@
+"""Caches, fail-closed answers and Events of Kubernetes identities, on a fake of the seam.
+
+What the real API server answers (TokenReview, RBAC) is proven in
+tests/integration/test_kubernetes_auth.py; these check slo-api's own bookkeeping around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from slo_api.events import EventRecorder
+from slo_api.identity import TtlCache
+from slo_api.kube import KubeError, KubeUnavailable
+from slo_api.metrics import Metrics
+from slo_api.settings import Settings
+from tests.unit.conftest import AUTH, Started
+from tests.unit.fakes import FakeKube
+
+Obj = dict[str, Any]
+USER = "system:serviceaccount:team-a:console"
+TOKEN = "a-kubernetes-token-for-the-console"
+
+
+def _llm(namespace: str, name: str) -> Obj:
+    return {
+        "apiVersion": "inference.modelsphere.dev/v1alpha1",
+        "kind": "LLMSLORequirement",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"serviceId": name, "priority": 0},
+    }
+
+
+class ReviewingKube(FakeKube):
+    """Answers TokenReviews for TOKEN and SubjectAccessReviews from a set of grants."""
+
+    def __init__(self, grants: set[tuple[str, str, str]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.grants = grants  # (verb, plural, namespace)
+        self.token_reviews: list[Obj] = []
+        self.access_reviews: list[Obj] = []
+        self.events: list[Obj] = []
+        self.review_fault: KubeError | None = None
+        self.event_fault: KubeError | None = None
+        self.audiences = ["https://kubernetes.default.svc"]
+
+    async def review_token(self, token: str, audiences: list[str]) -> Obj:
+        self.token_reviews.append({"token": token, "audiences": audiences})
+        if self.review_fault:
+            raise self.review_fault
+        if token != TOKEN:
+            return {"authenticated": False, "error": "invalid bearer token"}
+        return {
+            "authenticated": True,
+            "user": {"username": USER, "uid": "u-1", "groups": ["system:authenticated"]},
+            "audiences": audiences or self.audiences,
+        }
+
+    async def review_access(self, spec: Obj) -> Obj:
+        self.access_reviews.append(spec)
+        if self.review_fault:
+            raise self.review_fault
+        attrs = spec["resourceAttributes"]
+        allowed = (attrs["verb"], attrs["resource"], attrs["namespace"]) in self.grants
+        return {"allowed": allowed}
+
+    async def create_event(self, namespace: str, event: Obj) -> Obj:
+        if self.event_fault:
+            raise self.event_fault
+        self.events.append(event)
+        return event
+
+
+def _kube(grants: set[tuple[str, str, str]]) -> ReviewingKube:
+    return ReviewingKube(
+        grants, objects={"llmslorequirements": [_llm("a", "in-a"), _llm("b", "in-b")]}
+    )
+
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+EDIT_A = {
+    ("get", "llmslorequirements", "a"),
+    ("list", "llmslorequirements", "a"),
+    ("patch", "llmslorequirements", "a"),
+}
+
+
+async def _ready(app: Any) -> None:
+    for _ in range(500):
+        if app.state.runtime.ready():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never ready")
+
+
+def test_ttl_cache_forgets_after_its_ttl_and_holds_at_most_its_size() -> None:
+    cache: TtlCache[str, bool] = TtlCache(size=2)
+    cache.put("gone", True, ttl=0.01)
+    cache.put("kept", False, ttl=60)
+    time.sleep(0.02)
+    assert cache.get("gone") is None
+    assert cache.get("kept") is False
+    cache.put("x", True, 60)
+    cache.put("y", True, 60)
+    assert len(cache) == 2
+    assert cache.get("kept") is None  # the oldest went first
+    cache.put("never", True, ttl=0)
+    assert cache.get("never") is None
+
+
+def test_settings_need_static_tokens_or_kubernetes_auth() -> None:
+    with pytest.raises(ValidationError, match="SLO_API_KUBERNETES_AUTH"):
+        Settings(_env_file=None)
+    only_kubernetes = Settings(slo_api_kubernetes_auth=True, slo_api_token_audiences=" x, y ,")
+    assert only_kubernetes.token_audiences == ["x", "y"]
+
+
+async def test_reviews_are_cached_by_token_hash_and_never_hold_the_token(start: Started) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        for _ in range(3):
+            assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
+        assert len(kube.token_reviews) == 1
+        assert len(kube.access_reviews) == 1
+        gate = app.state.runtime.gate
+        assert TOKEN not in repr(list(gate._tokens._items)) + repr(list(gate._access._items))
+        metrics = (await client.get("/metrics")).text
+        assert 'slo_api_review_cache_total{cache="token",result="hit"} 2.0' in metrics
+        assert (
+            'slo_api_authorizations_total{method="kubernetes",result="allowed",verb="get"} 3.0'
+            in metrics
+        )
+
+
+async def test_a_refused_token_is_401_and_remembered(start: Started) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        for _ in range(2):
+            answer = await client.get("/routes/in-a", headers={"Authorization": "Bearer nope"})
+            assert answer.status_code == 401
+        assert len(kube.token_reviews) == 1
+
+
+async def test_without_kubernetes_auth_other_tokens_are_never_reviewed(start: Started) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube) as (client, app):
+        await _ready(app)
+        assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 401
+        assert kube.token_reviews == []
+
+
+async def test_rbac_decides_and_a_denial_names_the_verb_and_kind_only(start: Started) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        denied = await client.put("/routes/in-b", json={"priority": 1}, headers=BEARER)
+        assert denied.status_code == 403
+        message = denied.json()["error"]["message"]
+        assert "patch llmslorequirements.inference.modelsphere.dev" in message
+        assert "in-b" not in message
+        assert "b " not in message.replace("llmslorequirements", "")
+        assert kube.patches == []
+        allowed = await client.put("/routes/in-a", json={"priority": 1}, headers=BEARER)
+        assert allowed.status_code == 200
+        review = kube.access_reviews[-1]
+        assert review["user"] == USER
+        assert review["groups"] == ["system:authenticated"]
+        assert review["resourceAttributes"] == {
+            "group": "inference.modelsphere.dev",
+            "resource": "llmslorequirements",
+            "verb": "patch",
+            "namespace": "a",
+            "name": "in-a",
+        }
+
+
+async def test_config_lists_the_namespaces_the_caller_may_list(start: Started) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        for view in ("summary", "full"):
+            page = (await client.get("/config", params={"view": view}, headers=BEARER)).json()
+            assert [i["route"] for i in page["items"]] == ["in-a"]
+            assert page["total"] == 1
+        everything = (await client.get("/config", headers=AUTH)).json()
+        assert everything["total"] == 2
+
+
+@pytest.mark.parametrize("fault", [KubeUnavailable(0, "Unavailable", "refused"), KubeError(500)])
+async def test_an_unanswered_review_fails_closed_with_503(start: Started, fault: KubeError) -> None:
+    kube = _kube(EDIT_A)
+    kube.review_fault = fault
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        for path in ("/routes/in-a", "/config"):
+            answer = await client.get(path, headers=BEARER)
+            assert answer.status_code == 503
+            assert answer.headers["retry-after"] == "5"
+            assert answer.json()["error"]["code"] == "unavailable"
+        # The token is authenticated once the API server answers; its access is not yet known.
+        kube.review_fault = None
+        assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
+        kube.review_fault = fault
+        assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 503
+
+
+async def test_a_write_records_an_event_and_a_failed_event_never_fails_it(
+    start: Started,
+) -> None:
+    kube = _kube(EDIT_A)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        assert (await client.put("/routes/in-a", json={"priority": 3}, headers=BEARER)).is_success
+        dry = await client.delete("/routes/in-a?dryRun=true", headers=BEARER)
+        assert dry.status_code == 200
+        assert (await client.delete("/routes/in-a", headers=BEARER)).status_code == 204
+        for _ in range(100):
+            if len(kube.events) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert [(e["reason"], e["action"]) for e in kube.events] == [
+            ("SLOUpdated", "Update"),
+            ("SLOReset", "Reset"),
+        ]
+        first = kube.events[0]
+        assert first["note"] == f"{USER} changed priority through slo-api"
+        assert first["regarding"]["name"] == "in-a"
+        assert first["regarding"]["namespace"] == "a"
+        assert first["reportingController"] == "slo-api"
+        kube.event_fault = KubeUnavailable(0, "Unavailable", "gone")
+        answer = await client.put("/routes/in-a", json={"priority": 4}, headers=BEARER)
+        assert answer.status_code == 200
+        for _ in range(100):
+            metrics = (await client.get("/metrics")).text
+            if 'slo_api_events_total{result="failed"} 1.0' in metrics:
+                break
+            await asyncio.sleep(0.01)
+        assert 'slo_api_events_total{result="failed"} 1.0' in metrics
+        assert 'slo_api_events_total{result="recorded"} 2.0' in metrics
+
+
+async def test_the_request_log_names_the_caller_never_the_token(
+    start: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = _kube(EDIT_A)
+    caplog.set_level("INFO", logger="slo_api.request")
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
+        assert (await client.get("/routes/in-a", headers=AUTH)).status_code == 200
+        assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 403
+    lines = [r for r in caplog.records if r.name == "slo_api.request"]
+    assert [(r.__dict__["user"], r.__dict__["status"]) for r in lines] == [
+        (USER, 200),
+        ("token:write", 200),
+        (USER, 403),
+    ]
+    assert all(TOKEN not in r.getMessage() for r in caplog.records)
+
+
+async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded() -> None:
+    kube = _kube(set())
+    recorder = EventRecorder(kube, Metrics(), instance="t", burst=2, refill_seconds=3600)  # type: ignore[arg-type]
+    cr = _llm("a", "hot")
+    other = _llm("a", "cold")
+    for n in range(5):
+        recorder.record(cr, "SLOUpdated", ["priority"], f"user-{n}")
+    recorder.record(other, "SLOUpdated", ["priority"], "user-x")
+    await recorder.close()
+    assert [(e["regarding"]["name"], e["note"]) for e in kube.events] == [
+        ("hot", "user-0 changed priority through slo-api"),
+        ("hot", "user-1 changed priority through slo-api"),
+        ("cold", "user-x changed priority through slo-api"),
+    ]
+    recorder.refill_seconds = 0.001
+    await asyncio.sleep(0.01)
+    recorder.record(cr, "SLOReset", [], "user-9")
+    await recorder.close()
+    assert kube.events[-1]["note"] == (
+        "user-9 reset no fields through slo-api "
+        "(3 earlier writes not recorded as Events: see the audit log)"
+    )
