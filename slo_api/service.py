@@ -237,7 +237,7 @@ class Service:
 
     def kind_of(self, route: str) -> str | None:
         """The kind name of the one CR claiming a route, if exactly one does (for the audit)."""
-        claims = self.index.claims(route)
+        claims = self.index.claimed_in(route)
         return self.kinds[claims[0][0]].name if len(claims) == 1 else None
 
     def summary(self, route: str) -> Obj:
