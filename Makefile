@@ -29,6 +29,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check slo_api controlplane tests bench release
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 # Installs Debian's packages for the commands that are missing, as root (else says what to install):
 # $(call debian-packages,command:package ...).

@@ -57,6 +57,20 @@ class RunningService:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
 
+    async def config_page_of(self, route: str, **params: Any) -> int:
+        """The number of the /config page (pageSize 200) that lists `route`: the session's
+        control plane holds whatever earlier tests created, so it may not be the first."""
+        page = 1
+        while True:
+            body = (
+                await self.get("/config", params={"pageSize": 200, "page": page, **params})
+            ).json()
+            if any(item["route"] == route for item in body["items"]):
+                return page
+            if page * 200 >= body["total"]:
+                raise AssertionError(f"{route} is on no /config page")
+            page += 1
+
     def indexed(self, route: str) -> list[Any]:
         return self.runtime.index.claims(route)
 

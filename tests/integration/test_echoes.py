@@ -260,8 +260,11 @@ async def test_unset_fields_are_left_out_everywhere(
     await service.eventually(lambda: service.indexed(route), what="indexed")
     got = (await service.get(f"/routes/{route}")).json()
     put = (await service.put(f"/routes/{route}", {"priority": 1})).json()
-    listed = (await service.get("/config", params={"pageSize": 200, "view": "full"})).json()
-    summary = (await service.get("/config", params={"pageSize": 200})).json()
+    page = await service.config_page_of(route)
+    listed = (
+        await service.get("/config", params={"pageSize": 200, "page": page, "view": "full"})
+    ).json()
+    summary = (await service.get("/config", params={"pageSize": 200, "page": page})).json()
     full_item = next(i for i in listed["items"] if i["route"] == route)
     summary_item = next(i for i in summary["items"] if i["route"] == route)
     for body in (got, put, full_item):

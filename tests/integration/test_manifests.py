@@ -262,21 +262,28 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces(
     admin: Admin,
 ) -> None:
     built = _rendered(NAMESPACED)
-    kinds = {o["kind"] for o in built}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    assert not [o for o in built if o["kind"] == "ClusterRole"]
+    # Cluster-wide only the binding that lets it review callers (TokenReview and
+    # SubjectAccessReview are not namespaced), to the built-in role.
+    [delegator] = [o for o in built if o["kind"] == "ClusterRoleBinding"]
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
     assert not [o for o in built if o["kind"] == "Secret"]
     deployment = next(o for o in built if o["kind"] == "Deployment")
     assert deployment_problems(deployment) == []
     watched = _watch_namespaces(deployment)
     assert watched
-    [cluster_role] = [o for o in _load("rbac/rbac.yaml") if o["kind"] == "ClusterRole"]
+    cluster_roles = {
+        o["metadata"]["name"]: o for o in _load("rbac/rbac.yaml") if o["kind"] == "ClusterRole"
+    }
+    # What the cluster-wide deployment grants on the kinds and on Events, per namespace.
+    granted = cluster_roles["slo-api"]["rules"] + cluster_roles["slo-api:events"]["rules"]
     roles = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "Role"}
     bindings = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "RoleBinding"}
     assert sorted(roles) == sorted(watched)
     assert sorted(bindings) == sorted(watched)
     for namespace in watched:
-        # The same grants as the ClusterRole, in each watched namespace only.
-        assert roles[namespace]["rules"] == cluster_role["rules"], namespace
+        # The same grants as the ClusterRoles, in each watched namespace only.
+        assert roles[namespace]["rules"] == granted, namespace
         binding = bindings[namespace]
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",

@@ -87,11 +87,12 @@ async def test_if_none_match_on_a_route_and_on_config(
     )
     assert unchanged.status_code == 304
     assert unchanged.content == b""
-    page = await service.get("/config", params={"pageSize": 200})
+    listing = {"pageSize": 200, "page": await service.config_page_of(route)}
+    page = await service.get("/config", params=listing)
     etag = page.headers["etag"]
     assert etag.startswith('W/"')
     assert (
-        await service.get("/config", params={"pageSize": 200}, headers={"If-None-Match": etag})
+        await service.get("/config", params=listing, headers={"If-None-Match": etag})
     ).status_code == 304
 
     assert (await service.put(f"/routes/{route}", {"priority": 4})).status_code == 200
@@ -100,7 +101,7 @@ async def test_if_none_match_on_a_route_and_on_config(
     )
     assert changed.status_code == 200
     assert changed.json()["priority"] == 4
-    after = await service.get("/config", params={"pageSize": 200}, headers={"If-None-Match": etag})
+    after = await service.get("/config", params=listing, headers={"If-None-Match": etag})
     assert after.status_code == 200
 
 
@@ -169,8 +170,10 @@ async def test_write_through_one_replica_reads_through_another(
         assert read.json()["priority"] == 7
         assert read.headers["etag"] == written.headers["etag"]
 
+        listing = {"pageSize": 200, "page": await other.config_page_of(route)}
+
         async def listed() -> bool:
-            page = (await other.get("/config", params={"pageSize": 200})).json()
+            page = (await other.get("/config", params=listing)).json()
             return any(i["route"] == route and i["priority"] == 7 for i in page["items"])
 
         await other.eventually(listed, what="B's /config follows the watch")
@@ -180,6 +183,7 @@ async def test_the_writer_reads_its_own_write_in_config_at_once(
     admin: Admin, namespace: str, service: RunningService
 ) -> None:
     route = await _llm(admin, service, namespace)
+    listing = {"pageSize": 200, "page": await service.config_page_of(route)}
     assert (await service.put(f"/routes/{route}", {"priority": 5})).status_code == 200
-    page = (await service.get("/config", params={"pageSize": 200})).json()
+    page = (await service.get("/config", params=listing)).json()
     assert [i["priority"] for i in page["items"] if i["route"] == route] == [5]

@@ -393,7 +393,9 @@ async def test_config_lists_both_kinds_and_an_ambiguous_route(
         "kinds": ["job", "llm"],
         "count": 2,
     }
-    jobs = (await service.get("/config", params={"kind": "job", "pageSize": 200})).json()
+    listing = {"kind": "job", "pageSize": 200}
+    listing["page"] = await service.config_page_of(job_route, kind="job")
+    jobs = (await service.get("/config", params=listing)).json()
     kinds = {i.get("kind") for i in jobs["items"]}
     assert kinds <= {"job", None}
     assert job_route in {i["route"] for i in jobs["items"]}

@@ -203,9 +203,17 @@ def _index_vs_cluster(runtime: Runtime, admin: Admin) -> list[str]:
 
 
 async def _force_relists(runtime: Runtime) -> None:
+    """Every informer starts over (list, then watch), as after a 410.
+
+    Restarted, not listed beside its running watch: a list replaces what the index holds, and
+    one taken while the watch goes on can put back versions the watch had already moved past,
+    which no informer ever does.
+    """
     for watch in runtime.informers:
-        for informer in list(watch.informers.values()):
-            await informer._list()
+        for key, task in list(watch._tasks.items()):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            watch._start(*key)
 
 
 def _percentile(values: list[float], share: float) -> float:
