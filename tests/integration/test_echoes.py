@@ -4,7 +4,6 @@ the members' `pool` view) between the read and the write."""
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from controlplane.admin import Admin
 from tests.integration import crs
 from tests.integration.service import RunningService
+from tests.unit.fakes import merge  # RFC 7386, as the API server applies a merge patch
 
 pytestmark = pytest.mark.integration
 
@@ -41,18 +41,6 @@ def _status(resident: str, other: str) -> dict[str, Any]:
             {"name": other, "phase": "Idle", "resident": False},
         ],
     }
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merge(result.get(key), value)
-    return result
 
 
 class Setup:
@@ -203,7 +191,7 @@ async def test_one_field_changed_in_a_whole_echoed_body(
     response = await service.put(f"/routes/{route}", body)
     assert response.status_code == 200, response.text
     after = setup.stored(route)
-    assert after["spec"] == _merge(before["spec"], meaning)
+    assert after["spec"] == merge(before["spec"], meaning)
     if which == "pool":
         expected_resident = setup.job if swap_between else setup.llm
         assert after["status"]["residentMember"] == expected_resident
