@@ -360,6 +360,19 @@ more in a fresh interpreter; "adds" is that library's own share):
 |---|---|---|---|
 {libraries}
 
+What limits the goals marked **no**:
+
+- **GET /routes/{{route}}** reads the CR fresh from the API server on every request (the
+  contract: a read after another replica's write sees it). Measured in-process on uvloop, an
+  upstream GET costs about 1.4 ms through slo-api's client stack, of which kubernetes_asyncio's
+  request wrapper is about 0.08 ms: the rest is aiohttp itself (httpx, 2.1 ms, and httpcore,
+  1.8 ms, were slower). So going around the wrapper cannot close the gap to 1.5x; serving the
+  read from the index would, at the price of reads that may lag a write made elsewhere.
+- **Change stream delivery** to the last of 1,000 watchers is bounded here by two cores shared
+  with the API server, etcd, the load and 1,000 client connections: slo-api itself used a small
+  fraction of a core for the fan-out (its CPU column), and delivery from the API server's answer
+  is several times faster than from the PATCH being sent.
+
 The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so
 absolute figures are low and noisy; the ratios against the side-by-side baselines are what
 the goals are about. Raw numbers: `bench/results.json`.
