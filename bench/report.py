@@ -368,10 +368,14 @@ What limits the goals marked **no**:
   request wrapper is about 0.08 ms: the rest is aiohttp itself (httpx, 2.1 ms, and httpcore,
   1.8 ms, were slower). So going around the wrapper cannot close the gap to 1.5x; serving the
   read from the index would, at the price of reads that may lag a write made elsewhere.
-- **Change stream delivery** to the last of 1,000 watchers is bounded here by two cores shared
-  with the API server, etcd, the load and 1,000 client connections: slo-api itself used a small
-  fraction of a core for the fan-out (its CPU column), and delivery from the API server's answer
-  is several times faster than from the PATCH being sent.
+- **GET /config with 1,000 change streams open** (and, in a loaded run, **delivery** to the last
+  of them): slo-api is one event loop. 100 changes/s to 1,000 streams, flushed ten times a second
+  in shared batches, is 10,000 socket writes a second, each passing the ASGI middleware's `send`
+  chain: about a quarter of a core (the CPU column), on the same 2 cores as the watcher processes,
+  the API server and etcd. Measured twice: at load average 12 delivery p99 was 4.3 s and the
+  `/config` ratio 0.81; on a quiet machine (the run above) delivery p99 was 0.3 s and the ratio
+  0.47. What would help: writing the shared batch to each stream's transport below the middleware
+  chain, or more replicas (each holds its own streams).
 
 The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so
 absolute figures are low and noisy; the ratios against the side-by-side baselines are what
