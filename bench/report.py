@@ -368,14 +368,12 @@ What limits the goals marked **no**:
   request wrapper is about 0.08 ms: the rest is aiohttp itself (httpx, 2.1 ms, and httpcore,
   1.8 ms, were slower). So going around the wrapper cannot close the gap to 1.5x; serving the
   read from the index would, at the price of reads that may lag a write made elsewhere.
-- **GET /config with 1,000 change streams open** (and, in a loaded run, **delivery** to the last
-  of them): slo-api is one event loop. 100 changes/s to 1,000 streams, flushed ten times a second
-  in shared batches, is 10,000 socket writes a second, each passing the ASGI middleware's `send`
-  chain: about a quarter of a core (the CPU column), on the same 2 cores as the watcher processes,
-  the API server and etcd. Measured twice: at load average 12 delivery p99 was 4.3 s and the
-  `/config` ratio 0.81; on a quiet machine (the run above) delivery p99 was 0.3 s and the ratio
-  0.47. What would help: writing the shared batch to each stream's transport below the middleware
-  chain, or more replicas (each holds its own streams).
+The change-stream rows depend on `WATCH_FLUSH_SECONDS`: slo-api is one event loop, and each
+flush writes to every open stream through the ASGI `send` chain. Measured on this machine (1,000
+streams, 100 changes/s, quiet): a flush of 0.1 s took a quarter of a core and left `/config` 0.47
+of its figure without streams (delivery p99 0.3 s); 0.25 s, 0.68 (p99 0.4 s); 0.5 s, the default
+and the run above, 0.83 (p99 0.74 s). An earlier run at 0.1 s and load average 12 had delivery
+p99 4.3 s. Writing the shared batches below the middleware chain would cut the cost further.
 
 The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so
 absolute figures are low and noisy; the ratios against the side-by-side baselines are what

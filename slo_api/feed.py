@@ -30,7 +30,7 @@ log = logging.getLogger("slo_api.feed")
 VIEWS = ("summary", "full")
 INITIAL_CHUNK = 512  # ADDED lines per write of the initial state
 BATCH = 1024  # most changes taken from the history per write
-FLUSH_SECONDS = 0.1  # changes are sent at most this long after they happen, together
+FLUSH_SECONDS = 0.5  # changes are sent at most this long after they happen, together
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
 Visible = Callable[[str, str], Awaitable[bool]]

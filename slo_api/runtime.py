@@ -53,6 +53,7 @@ class Runtime:
             queue=settings.watch_queue_events,
             max_watchers=settings.max_watchers,
             bookmark_seconds=settings.watch_bookmark_seconds,
+            flush_seconds=settings.watch_flush_seconds,
         )
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector

@@ -128,6 +128,13 @@ class Settings(BaseSettings):
     watch_bookmark_seconds: float = Field(
         15, gt=0, description="How often an open `GET /config?watch=true` stream gets a BOOKMARK."
     )
+    watch_flush_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=5,
+        description="Changes go out to the change streams together, at most this long after "
+        "they happen: longer costs less CPU per stream, shorter is sooner (0: at once).",
+    )
     max_watchers: int = Field(
         1000, ge=1, description="Most open change streams; more are refused with 429."
     )

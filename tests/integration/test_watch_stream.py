@@ -167,7 +167,8 @@ async def test_a_watcher_resuming_with_since_through_churn_ends_with_what_config
     # their initial state, which must never become a place to resume from.
     for i in range(30):
         admin.create(crs.llm(namespace, f"standing{i}", service_id=f"standing{i}-{namespace}"))
-    async with served(slo_api_kubeconfig) as (service, client):
+    # A short flush, so many streams are cut and resumed while the churn is still going.
+    async with served(slo_api_kubeconfig, watch_flush_seconds=0.1) as (service, client):
         state: dict[str, Obj] = {}
         last_revision: str | None = None
         last_seq = -1
