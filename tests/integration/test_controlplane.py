@@ -10,6 +10,7 @@ import pytest
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster
 from tests.integration import crs
+from tests.integration.grants import assert_exactly_slo_api_verbs
 
 pytestmark = pytest.mark.integration
 
@@ -130,26 +131,7 @@ def test_slo_api_service_account_has_exactly_its_verbs(
             (crs.SLO, "JobSLORequirement", "rbac-job"),
             (crs.POOL, "ModelPool", "rbac-pool"),
         ):
-            assert sa.get(api, kind, namespace, name)["metadata"]["name"] == name
-            assert any(o["metadata"]["name"] == name for o in sa.list(api, kind))
-            watched = sa.request(
-                "GET", sa.path(api, kind), params={"watch": "1", "timeoutSeconds": "1"}
-            )
-            assert watched is not None
-            sa.merge_patch(api, kind, namespace, name, {"metadata": {"labels": {"seen": "yes"}}})
-            with pytest.raises(AdminError) as created:
-                sa.create(
-                    {
-                        "apiVersion": api,
-                        "kind": kind,
-                        "metadata": {"name": "new", "namespace": namespace},
-                        "spec": {},
-                    }
-                )
-            assert created.value.status == 403
-            with pytest.raises(AdminError) as deleted:
-                sa.delete(api, kind, namespace, name)
-            assert deleted.value.status == 403
+            assert_exactly_slo_api_verbs(sa, api, kind, namespace, name)
         with pytest.raises(AdminError) as secrets:
             sa.request("GET", f"/api/v1/namespaces/{namespace}/secrets")
         assert secrets.value.status == 403

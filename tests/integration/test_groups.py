@@ -13,7 +13,6 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from controlplane.admin import Admin, AdminError, Obj
 from controlplane.cluster import Cluster, crds
 from tests.integration import crs
+from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.process import TOKEN, start_process
 from tests.integration.service import RunningService, running
 
@@ -388,21 +388,6 @@ def test_the_service_account_has_exactly_its_verbs_under_the_old_group(
     sa = own.slo_api_client()
     try:
         for kind, name in ((LLM_KIND, "rbac"), (JOB_KIND, "rbac-job")):
-            assert sa.get(OLD_SLO, kind, ns, name)["metadata"]["name"] == name
-            assert any(o["metadata"]["name"] == name for o in sa.list(OLD_SLO, kind))
-            watched = sa.request(
-                "GET", sa.path(OLD_SLO, kind), params={"watch": "1", "timeoutSeconds": "1"}
-            )
-            assert watched is not None
-            sa.merge_patch(OLD_SLO, kind, ns, name, {"metadata": {"labels": {"seen": "yes"}}})
-            new: Any = {"apiVersion": OLD_SLO, "kind": kind, "metadata": {"name": "x"}}
-            new["metadata"]["namespace"] = ns
-            new["spec"] = {}
-            with pytest.raises(AdminError) as created:
-                sa.create(new)
-            assert created.value.status == 403
-            with pytest.raises(AdminError) as deleted:
-                sa.delete(OLD_SLO, kind, ns, name)
-            assert deleted.value.status == 403
+            assert_exactly_slo_api_verbs(sa, OLD_SLO, kind, ns, name)
     finally:
         sa.close()

@@ -18,6 +18,7 @@ import yaml
 from controlplane.admin import Admin, AdminError, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
 from tests.integration import crs
+from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.service import RunningService, running
 
 pytestmark = pytest.mark.integration
@@ -110,28 +111,7 @@ def test_the_overlay_grants_exactly_its_verbs_and_only_in_the_watched_namespaces
         for api, kind, suffix in KINDS:
             name = f"{tag}{suffix}"
             for namespace in NAMESPACES:
-                assert sa.get(api, kind, namespace, name)["metadata"]["name"] == name
-                assert any(o["metadata"]["name"] == name for o in sa.list(api, kind, namespace))
-                watched = sa.request(
-                    "GET",
-                    sa.path(api, kind, namespace),
-                    params={"watch": "1", "timeoutSeconds": "1"},
-                )
-                assert watched is not None
-                sa.merge_patch(api, kind, namespace, name, {"metadata": {"labels": {"seen": "y"}}})
-                with pytest.raises(AdminError) as created:
-                    sa.create(
-                        {
-                            "apiVersion": api,
-                            "kind": kind,
-                            "metadata": {"name": "new", "namespace": namespace},
-                            "spec": {},
-                        }
-                    )
-                assert created.value.status == 403
-                with pytest.raises(AdminError) as deleted:
-                    sa.delete(api, kind, namespace, name)
-                assert deleted.value.status == 403
+                assert_exactly_slo_api_verbs(sa, api, kind, namespace, name, listed_in=namespace)
             # Nothing outside the watched namespaces, and nothing cluster-wide.
             for refused in (
                 sa.path(api, kind, ELSEWHERE, name),
