@@ -174,21 +174,14 @@ class Service:
         return await self._apply(
             target,
             route,
-            lambda current: target.kind.changes(body, current, self.pool_of),
+            lambda current: target.kind.spec_patch(body, current, self.pool_of),
             if_match,
             dry_run,
         )
 
     async def reset(self, route: str, *, if_match: str | None, dry_run: bool) -> Result:
         target = self.resolve(route)
-        kind = target.kind
-        return await self._apply(
-            target,
-            route,
-            lambda current: without_unchanged(kind.reset_patch(current), spec(current)),
-            if_match,
-            dry_run,
-        )
+        return await self._apply(target, route, target.kind.reset_patch, if_match, dry_run)
 
     async def _apply(
         self,
@@ -198,8 +191,8 @@ class Service:
         if_match: str | None,
         dry_run: bool,
     ) -> Result:
-        """Patch the route's CR with `changes(current)`, computed from the very object the
-        patch is conditional on (its uid and resourceVersion).
+        """Patch the route's CR with what `changes(current)` changes, computed from the very
+        object the patch is conditional on (its uid and resourceVersion).
 
         The index's copy is tried first (no extra round trip when it is current). A lost race
         (409: the CR changed, or is another CR now) reads the CR again, checks it still claims
@@ -212,7 +205,9 @@ class Service:
         for _ in range(WRITE_ATTEMPTS):
             if if_match and if_match != _rv(current):
                 raise ApiError(412, STALE_ETAG)
-            spec_patch = changes(current)
+            # Only what differs from the stored CR: a client echoing a whole body back writes
+            # (and the audit and Event name) just the fields it changed.
+            spec_patch = without_unchanged(changes(current), spec(current))
             patch: Obj = {
                 "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},
                 "spec": spec_patch,

@@ -242,10 +242,6 @@ class Kind(ABC):
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         """The `spec` part of the merge patch for a validated body."""
 
-    def changes(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
-        """The `spec` patch of a body against `current`, without fields it leaves as they are."""
-        return without_unchanged(self.spec_patch(body, current, pools), spec(current))
-
     @abstractmethod
     def reset_patch(self, current: Obj) -> Obj:
         """The `spec` part of the merge patch that DELETE sends."""

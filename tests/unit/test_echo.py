@@ -12,6 +12,7 @@ import pytest
 
 from slo_api.errors import ApiError
 from slo_api.kinds import build_kinds
+from slo_api.kinds.base import spec, without_unchanged
 from slo_api.settings import Settings
 from tests.unit.conftest import job_cr, llm_cr, pool_cr
 
@@ -28,7 +29,8 @@ def no_pool(namespace: str, member: str) -> None:
 
 def changes(kind: str, body: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     k = KINDS[kind]
-    return k.changes(k.parse(body), current, no_pool)
+    # What the write path sends: the kind's patch, less what it leaves as stored.
+    return without_unchanged(k.spec_patch(k.parse(body), current, no_pool), spec(current))
 
 
 def echoed(kind: str, current: dict[str, Any], **changed: Any) -> dict[str, Any]:
