@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -67,6 +68,8 @@ def main() -> int:
         print(f"slo-api: invalid settings: {problems}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level, settings.log_format)
+    for warning in settings.warnings(os.environ):
+        log.warning("settings: %s", warning)
     try:
         app = create_app(settings)
     except TokenFileError as exc:
@@ -88,7 +91,9 @@ def make_server(app: FastAPI, settings: Settings) -> Server:
         proxy_headers=True,
         server_header=False,
         lifespan="on",
-        timeout_graceful_shutdown=30,
+        # In-flight requests get this long after the server stops accepting; then they are
+        # cancelled and the lifespan shutdown runs (terminationGracePeriodSeconds covers both).
+        timeout_graceful_shutdown=settings.shutdown_drain_seconds,
     )
     return Server(config, app, settings.shutdown_grace_seconds)
 

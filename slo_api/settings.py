@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,14 @@ _REQUIREMENT = re.compile(
     rf"|{_LABEL_KEY}\s*[<>]\s*-?\d+"
     rf"|{_LABEL_KEY})\s*"
 )
+
+
+# The API server sends a watch a bookmark about once a minute, even when nothing changes.
+API_SERVER_BOOKMARK_SECONDS = 60
+# Environment variables of these prefixes are slo-api's: one it does not know is most likely a
+# misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL.
+OWN_PREFIXES = ("SLO_API_", "WATCH_")
+READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
 def group_list(value: str) -> tuple[str, ...]:
@@ -151,6 +160,25 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
     )
+    shutdown_drain_seconds: int = Field(
+        15,
+        ge=1,
+        description="Then how long in-flight requests may take to finish before they are "
+        "cancelled and the lifespan shutdown runs (at least UPSTREAM_TIMEOUT_SECONDS).",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        # The original service read LOG_LEVEL=INFO; the level's name is the same in any case.
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("slo_api_token", mode="before")
+    @classmethod
+    def _strip_token(cls, value: object) -> object:
+        # As request tokens are: a Secret written with a trailing newline must not make every
+        # static-token client 401.
+        return value.strip() if isinstance(value, str) else value
 
     @field_validator("llm_group", "job_group", "pool_group")
     @classmethod
@@ -211,10 +239,41 @@ class Settings(BaseSettings):
                 raise ValueError("SLO_API_TOKEN is empty")
             problem = token_problem(token)
             if problem is not None:
-                raise ValueError(f"SLO_API_TOKEN: {problem}")
+                raise ValueError(f"SLO_API_TOKEN: {problem} (docs/upgrade.md: rotate it first)")
         return self
+
+    @model_validator(mode="after")
+    def _agree(self) -> Settings:
+        if self.shutdown_drain_seconds < self.upstream_timeout_seconds:
+            raise ValueError(
+                f"SHUTDOWN_DRAIN_SECONDS ({self.shutdown_drain_seconds}) is below "
+                f"UPSTREAM_TIMEOUT_SECONDS ({self.upstream_timeout_seconds:g}): a request "
+                "waiting for the API server at SIGTERM would be cut off"
+            )
+        return self
+
+    def warnings(self, environ: Mapping[str, str]) -> list[str]:
+        """What start-up logs about these settings: legal, but likely not what was meant."""
+        said = [f"{name} is not a setting of slo-api; ignored" for name in unrecognised(environ)]
+        if self.watch_inactivity_seconds < API_SERVER_BOOKMARK_SECONDS:
+            said.append(
+                f"WATCH_INACTIVITY_SECONDS ({self.watch_inactivity_seconds:g}) is below the "
+                f"API server's bookmark interval (about {API_SERVER_BOOKMARK_SECONDS} s): a "
+                "quiet kind's watch reconnects every time it elapses"
+            )
+        return said
 
     @property
     def token_audiences(self) -> list[str]:
         value = self.slo_api_token_audiences or ""
         return [a.strip() for a in value.split(",") if a.strip()]
+
+
+def unrecognised(environ: Mapping[str, str]) -> list[str]:
+    """Variables named like slo-api's settings that are none of them."""
+    known = {name.upper() for name in Settings.model_fields} | READ_ELSEWHERE
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(OWN_PREFIXES) and name.upper() not in known
+    )

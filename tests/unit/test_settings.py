@@ -1,0 +1,95 @@
+"""Settings an operator coming from the original service writes, and values that disagree."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from slo_api import __main__ as entry
+from slo_api.settings import Settings, unrecognised
+
+TOKEN = "a-token-of-16-chars"
+
+
+@pytest.mark.parametrize("written", ["INFO", "Info", "info", " WARNING "])
+def test_log_level_is_read_in_any_case(written: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOG_LEVEL", written)
+    assert Settings(slo_api_token=TOKEN).log_level == written.strip().lower()
+
+
+def test_an_unknown_log_level_still_stops_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOG_LEVEL", "VERBOSE")
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings(slo_api_token=TOKEN)
+
+
+def test_slo_api_token_from_a_secret_with_a_trailing_newline_is_stripped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLO_API_TOKEN", f"  {TOKEN}\n")
+    token = Settings().slo_api_token
+    assert token is not None
+    assert token.get_secret_value() == TOKEN
+
+
+def test_a_token_that_is_short_once_stripped_is_refused_pointing_at_the_upgrade_guide() -> None:
+    with pytest.raises(ValidationError, match=r"16 characters.*docs/upgrade\.md"):
+        Settings(slo_api_token=" short-token \n")
+
+
+def test_variables_named_like_settings_that_are_none_are_listed() -> None:
+    environ = {
+        "SLO_API_TOKEN": TOKEN,
+        "SLO_API_TOKENS_FILE": "/x",
+        "SLO_API_TOKNE": "typo",
+        "WATCH_NAMESPACE": "a",  # WATCH_NAMESPACES misspelt
+        "WATCH_FLUSH_SECONDS": "0.5",
+        "SLO_API_URL": "http://x",  # sloctl's
+        "LOG_LEVEL": "info",
+        "PATH": "/bin",
+    }
+    assert unrecognised(environ) == ["SLO_API_TOKNE", "WATCH_NAMESPACE"]
+
+
+def test_a_drain_shorter_than_an_upstream_call_is_refused() -> None:
+    with pytest.raises(ValidationError, match="SHUTDOWN_DRAIN_SECONDS"):
+        Settings(slo_api_token=TOKEN, shutdown_drain_seconds=5, upstream_timeout_seconds=10)
+    assert Settings(slo_api_token=TOKEN, shutdown_drain_seconds=10).shutdown_drain_seconds == 10
+
+
+def test_an_inactivity_timeout_below_the_api_servers_bookmarks_is_warned_about() -> None:
+    quiet = Settings(slo_api_token=TOKEN, watch_inactivity_seconds=30)
+    assert any("WATCH_INACTIVITY_SECONDS" in w for w in quiet.warnings({}))
+    assert Settings(slo_api_token=TOKEN).warnings({}) == []
+
+
+def test_start_up_logs_what_it_ignored_and_serves_with_the_drain_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in [n for n in os.environ if n.startswith(("SLO_API_", "WATCH_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLO_API_TOKEN", TOKEN)
+    monkeypatch.setenv("WATCH_NAMESPACE", "team-a")
+    monkeypatch.setenv("SHUTDOWN_DRAIN_SECONDS", "21")
+    monkeypatch.setenv("LOG_LEVEL", "INFO")
+    served: list[int | None] = []
+
+    def serve(self: entry.Server) -> None:
+        served.append(self.config.timeout_graceful_shutdown)
+
+    monkeypatch.setattr(entry.Server, "run", serve)
+    monkeypatch.setattr(entry, "setup_logging", lambda level, fmt: None)
+    caplog.set_level(logging.WARNING, logger="slo_api")
+    entry.main()  # 1: the stand-in server never started
+    assert served == [21]
+    assert "WATCH_NAMESPACE is not a setting of slo-api" in caplog.text
+
+
+def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLO_API_TOKEN", "short")
+    monkeypatch.setattr(sys, "argv", ["slo-api"])
+    assert entry.main() == 2
