@@ -17,7 +17,18 @@ SERVICE_ACCOUNT = "slo-api"
 
 
 def crds() -> list[Obj]:
+    """Every CRD config/ ships, the optional ModelPool one included (no llmkube here)."""
     return load_yaml_dir(CONFIG / "crd")
+
+
+def installed() -> list[Obj]:
+    """What the tests' cluster has beside the CRDs: the namespace, slo-api's RBAC, and the
+    opt-in user roles (the Kubernetes-identity tests bind them)."""
+    return [
+        *load_yaml_dir(CONFIG / "namespace"),
+        *load_yaml_dir(CONFIG / "rbac"),
+        *load_yaml_dir(CONFIG / "user-roles"),
+    ]
 
 
 @dataclass
@@ -28,7 +39,8 @@ class Credentials:
 
 
 class Cluster:
-    """Starts the control plane, installs config/crd and config/rbac, mints slo-api's token."""
+    """Starts the control plane, installs config/crd and config/rbac (see `installed`), mints
+    slo-api's token."""
 
     def __init__(self, workdir: Path | None = None) -> None:
         self.plane = ControlPlane(workdir)
@@ -44,7 +56,7 @@ class Cluster:
                 cert=(self.plane.pki.admin_cert, self.plane.pki.admin_key),
             )
             self.install_crds()
-            self.admin.apply_all(load_yaml_dir(CONFIG / "rbac"))
+            self.admin.apply_all(installed())
             self.credentials = self.write_kubeconfigs(kubeconfig_dir or self.plane.workdir)
         except BaseException:
             self.stop()

@@ -58,7 +58,7 @@ POD = _deployment()["spec"]["template"]["spec"]
 CONTAINER = next(c for c in POD["containers"] if c["name"] == "slo-api")
 SECURITY = {**POD.get("securityContext", {}), **CONTAINER["securityContext"]}
 # Kubernetes sends SIGTERM after the preStop hook, within the same grace period.
-PRESTOP_SECONDS = int(CONTAINER["lifecycle"]["preStop"]["exec"]["command"][1])
+PRESTOP_SECONDS = int(CONTAINER["lifecycle"]["preStop"]["sleep"]["seconds"])
 STOP_WITHIN = POD["terminationGracePeriodSeconds"] - PRESTOP_SECONDS
 
 

@@ -2,8 +2,11 @@
 
 Every manifest is accepted by the real API server (a server-side dry run, which also refuses
 unknown fields), every kustomization lists exactly the files beside it so `kubectl apply -k`
-cannot silently miss one, and the Deployment, Service and image keep the operational checklist
-(non-root, read-only root filesystem, probes, preStop, resources, token from the Secret).
+cannot silently miss one, each shipped kustomization is rendered and checked for what it must
+and must not install (no CRD or Namespace with the app, CRDs and the namespace kept from pruning,
+user roles opt-in, the NetworkPolicy), and the Deployment, Service and image keep the operational
+checklist (non-root, read-only root filesystem, probes, preStop, resources from README's sizing
+table, topology spread, a grace period covering the drain, token from the Secret).
 The checklist is checked by functions that return problems; each is also shown to catch the
 edit that would break it.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +29,7 @@ import pytest
 import yaml
 
 from controlplane.admin import Admin, Obj, load_yaml_dir
+from slo_api.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -42,19 +48,28 @@ NOT_APPLIED = {Path("manager/secret.example.yaml")}
 NOT_INSTALLED = {Path("samples"), Path("overlays")}
 NAMESPACED = CONFIG / "overlays" / "namespaced"
 # Optional kustomize Components a deployer adds from an overlay, never from config/ itself.
-OPTIONAL_COMPONENTS = {Path("monitoring")}
+OPTIONAL_COMPONENTS = {Path("monitoring"), Path("user-roles")}
+# Kustomizations applied on their own, once, and never pruned or deleted with the app: deleting
+# a CRD deletes its CRs, deleting a namespace everything in it.
+APART = {Path("crd"), Path("crd/modelpool"), Path("namespace")}
+# Argo CD's and Flux's ways of saying "never prune or delete this".
+KEPT = {
+    "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
+# The kustomizations config/ ships, and what an overlay adds with each optional component.
+SHIPPED = [CONFIG, NAMESPACED, *(CONFIG / p for p in sorted(APART))]
+APP_BUILDS = [CONFIG, NAMESPACED]
 # Objects of CRDs the test control plane does not serve (the Prometheus Operator's PrometheusRule
 # and ServiceMonitor): the API server cannot dry-run them, so test_alerts.py checks them with
 # promtool and against the Service instead.
 NOT_DRY_RUN = {Path("monitoring")}
-# What `kubectl apply -k config/` must install, at the least.
-INSTALLED = {Path("crd"), Path("rbac"), Path("manager")}
+# What `kubectl apply -k config/` installs: the app, nothing cluster-wide that holds data.
+INSTALLED = {Path("rbac"), Path("manager")}
 
-REQUESTS = {"cpu": "50m", "memory": "64Mi"}
-LIMITS = {"cpu": "200m", "memory": "256Mi"}
-# preStop must be followed by time for in-flight requests (each upstream call may take the
-# 10 s upstream timeout) and for closing the watches.
-DRAIN_SECONDS = 15
+# After the drain, the lifespan shutdown closes the watches and the Kubernetes client.
+LIFESPAN_SHUTDOWN_SECONDS = 5
+README = REPO / "README.md"
 
 
 # -- reading config/ ---------------------------------------------------------------------------
@@ -113,17 +128,18 @@ def test_the_manifests_hold_the_expected_objects() -> None:
     assert {k for d, k, _ in kinds if d == "crd"} == {"CustomResourceDefinition"}
     assert len([k for k in kinds if k[0] == "crd"]) == 3
     for expected in [
-        ("rbac", "Namespace", NAMESPACE),
+        ("namespace", "Namespace", NAMESPACE),
         ("rbac", "ServiceAccount", NAME),
         ("rbac", "ClusterRole", NAME),
         ("rbac", "ClusterRoleBinding", NAME),
         ("rbac", "ClusterRoleBinding", f"{NAME}:auth-delegator"),
         ("rbac", "ClusterRole", f"{NAME}:events"),
-        ("rbac", "ClusterRole", f"{NAME}-edit"),
-        ("rbac", "ClusterRole", f"{NAME}-view"),
+        ("user-roles", "ClusterRole", f"{NAME}-edit"),
+        ("user-roles", "ClusterRole", f"{NAME}-view"),
         ("manager", "Deployment", NAME),
         ("manager", "Service", NAME),
         ("manager", "Secret", NAME),
+        ("manager", "NetworkPolicy", NAME),
     ]:
         assert expected in kinds
 
@@ -147,7 +163,7 @@ def test_every_object_is_accepted_by_the_api_server(
 
 
 def test_namespaced_objects_that_are_installed_live_in_the_service_namespace() -> None:
-    """llm-scaler is created by config/rbac; nothing installed may depend on another one."""
+    """llm-scaler is created by config/namespace; nothing installed may depend on another one."""
     for label, obj in OBJECTS:
         if Path(label.split(":")[0]) in INSTALLED and "namespace" in obj["metadata"]:
             assert obj["metadata"]["namespace"] == NAMESPACE, label
@@ -185,7 +201,7 @@ def test_each_kustomization_lists_exactly_its_directory(directory: Path) -> None
         for d in directory.iterdir()
         if d.is_dir()
         and any(d.rglob("*.yaml"))
-        and d.relative_to(CONFIG) not in NOT_INSTALLED | OPTIONAL_COMPONENTS
+        and d.relative_to(CONFIG) not in NOT_INSTALLED | OPTIONAL_COMPONENTS | APART
     }
     assert sorted(listed) == sorted(expected), f"{directory.relative_to(REPO)}/kustomization.yaml"
     for entry in listed:
@@ -195,12 +211,14 @@ def test_each_kustomization_lists_exactly_its_directory(directory: Path) -> None
             assert (target / "kustomization.yaml").is_file(), entry
 
 
-def test_apply_k_installs_crds_rbac_and_the_manager_but_not_samples() -> None:
+def test_apply_k_installs_the_app_only() -> None:
     listed = {Path(p) for p in _kustomization(CONFIG).get("resources", [])}
-    assert listed >= INSTALLED
-    assert not listed & NOT_INSTALLED
-    assert not listed & OPTIONAL_COMPONENTS
+    assert listed == INSTALLED
     assert not {Path(p) for p in _kustomization(CONFIG).get("components", [])} & OPTIONAL_COMPONENTS
+    for component in OPTIONAL_COMPONENTS:
+        assert _kustomization(CONFIG / component)["kind"] == "Component", component
+    for apart in APART:
+        assert _kustomization(CONFIG / apart)["kind"] == "Kustomization", apart
     assert (CONFIG / "manager" / "secret.example.yaml").is_file()
 
 
@@ -245,6 +263,152 @@ def _rendered(directory: Path) -> list[Obj]:
     return [d for d in yaml.safe_load_all(rendered.stdout) if d]
 
 
+def _overlay(tmp_path: Path, components: list[Path]) -> Path:
+    """An operator's overlay: config/ with the given optional components."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(CONFIG, overlay)],
+                "components": [os.path.relpath(CONFIG / c, overlay) for c in components],
+            }
+        )
+    )
+    return overlay
+
+
+def _aggregated(obj: Obj) -> bool:
+    labels = obj["metadata"].get("labels", {})
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in labels)
+
+
+def app_build_problems(built: list[Obj]) -> list[str]:
+    """What an app's build (config/ or an overlay of it) must and must not hold."""
+    problems: list[str] = []
+    kinds = [o["kind"] for o in built]
+    if "CustomResourceDefinition" in kinds:
+        problems.append("a CRD in the app: pruning or deleting the app deletes every CR")
+    if "Namespace" in kinds:
+        problems.append("a Namespace in the app: deleting the app deletes the namespace")
+    if [o for o in built if o["kind"] == "ClusterRole" and _aggregated(o)]:
+        problems.append("an aggregated ClusterRole: every namespace editor gains it unasked")
+    if [o for o in built if o["kind"] == "Secret"]:
+        problems.append("a Secret: an apply would reset the real token")
+    deployments = [o for o in built if o["kind"] == "Deployment"]
+    if len(deployments) != 1:
+        return [*problems, f"{len(deployments)} Deployments"]
+    problems += deployment_problems(deployments[0])
+    policies = [o for o in built if o["kind"] == "NetworkPolicy"]
+    if len(policies) != 1:
+        problems.append("no NetworkPolicy")
+    else:
+        problems += network_policy_problems(policies[0], deployments[0])
+    return problems
+
+
+def network_policy_problems(policy: Obj, deployment: Obj) -> list[str]:
+    problems: list[str] = []
+    spec = policy.get("spec", {})
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selected = spec.get("podSelector", {}).get("matchLabels", {})
+    if policy["metadata"].get("namespace") != deployment["metadata"].get("namespace"):
+        problems.append("the NetworkPolicy is in another namespace")
+    if not selected or not selected.items() <= labels.items():
+        problems.append("the NetworkPolicy does not select slo-api's pods")
+    if sorted(spec.get("policyTypes", [])) != ["Egress", "Ingress"]:
+        problems.append("the NetworkPolicy does not restrict both ingress and egress")
+    http = {"http", _named_port(_container(deployment), "http")}
+    ingress = spec.get("ingress", [])
+    if len(ingress) < 2 or any(
+        not r.get("from") or {p.get("port") for p in r.get("ports", [])} - http for r in ingress
+    ):
+        problems.append("ingress is not from clients and monitoring to the http port only")
+    egress = {
+        (p.get("protocol", "TCP"), p.get("port"))
+        for r in spec.get("egress", [])
+        for p in r["ports"]
+    }
+    if not {("TCP", 443), ("UDP", 53), ("TCP", 53)} <= egress or egress - {
+        ("TCP", 443),
+        ("TCP", 6443),
+        ("UDP", 53),
+        ("TCP", 53),
+    }:
+        problems.append("egress is not the API server and DNS only")
+    return problems
+
+
+def _kept(obj: Obj) -> bool:
+    annotations = obj["metadata"].get("annotations", {})
+    return all(annotations.get(k) == v for k, v in KEPT.items())
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize("directory", SHIPPED, ids=lambda d: str(d.relative_to(REPO)))
+def test_each_shipped_kustomization_renders_what_it_is_for(directory: Path) -> None:
+    built = _rendered(directory)
+    assert built
+    where = directory.relative_to(CONFIG)
+    if directory in APP_BUILDS:
+        assert app_build_problems(built) == []
+        return
+    # Applied apart, once, and never pruned or deleted with the app.
+    assert [o["metadata"]["name"] for o in built if not _kept(o)] == []
+    names = {o["metadata"]["name"] for o in built}
+    if where == Path("crd"):
+        assert {o["kind"] for o in built} == {"CustomResourceDefinition"}
+        # llmkube's CRD, which a newer llmkube controller would not survive, is optional.
+        assert names == {
+            "llmslorequirements.inference.modelsphere.dev",
+            "jobslorequirements.inference.modelsphere.dev",
+        }
+    elif where == Path("crd/modelpool"):
+        assert names == {"modelpools.inference.llmkube.dev"}
+    else:
+        [namespace] = built
+        assert namespace["kind"] == "Namespace"
+        assert namespace["metadata"]["name"] == NAMESPACE
+        labels = namespace["metadata"]["labels"]
+        for mode in ("enforce", "warn", "audit"):
+            assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted", mode
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_the_user_roles_are_added_only_by_their_component(tmp_path: Path) -> None:
+    plain = [o for o in _rendered(CONFIG) if o["kind"] == "ClusterRole"]
+    with_roles = _rendered(_overlay(tmp_path, [Path("user-roles")]))
+    added = [o for o in with_roles if o["kind"] == "ClusterRole" and o not in plain]
+    assert sorted(o["metadata"]["name"] for o in added) == [f"{NAME}-edit", f"{NAME}-view"]
+    assert all(_aggregated(o) for o in added)
+    # Otherwise the overlay is the app as it was.
+    assert app_build_problems([o for o in with_roles if o not in added]) == []
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["crd", "namespace", "aggregated role", "no policy", "policy on another port", "open egress"],
+)
+def test_the_app_build_check_catches(breakage: str) -> None:
+    built = copy.deepcopy(_rendered(CONFIG))
+    policy = next(o for o in built if o["kind"] == "NetworkPolicy")
+    if breakage == "crd":
+        built += load_yaml_dir(CONFIG / "crd")
+    elif breakage == "namespace":
+        built += load_yaml_dir(CONFIG / "namespace")
+    elif breakage == "aggregated role":
+        built += load_yaml_dir(CONFIG / "user-roles")
+    elif breakage == "no policy":
+        built.remove(policy)
+    elif breakage == "policy on another port":
+        policy["spec"]["ingress"][0]["ports"] = [{"port": 9090}]
+    else:
+        policy["spec"]["egress"].append({"ports": [{"port": 80}]})
+    assert app_build_problems(built) != []
+
+
 def _watch_namespaces(deployment: Obj) -> list[str]:
     env = {e["name"]: e.get("value") for e in _container(deployment).get("env", [])}
     return str(env.get("WATCH_NAMESPACES") or "").split(",")
@@ -252,9 +416,7 @@ def _watch_namespaces(deployment: Obj) -> list[str]:
 
 def test_the_namespaced_overlay_lists_its_directory_and_the_base() -> None:
     listed = _kustomization(NAMESPACED)["resources"]
-    assert sorted(listed) == sorted(
-        ["../../crd", "../../manager", *(p.name for p in _yaml_files(NAMESPACED))]
-    )
+    assert sorted(listed) == sorted(["../../manager", *(p.name for p in _yaml_files(NAMESPACED))])
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -361,20 +523,21 @@ def deployment_problems(deployment: Obj) -> list[str]:
         if get.get("path") != path or get.get("port") not in ("http", PORT):
             problems.append(f"{probe} is not GET {path} on the http port")
 
-    command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
-    sleep = 0
-    if isinstance(command, list) and len(command) == 2 and command[0] == "sleep":
-        sleep = int(command[1])
+    sleep = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     if sleep <= 0:
-        problems.append("no preStop sleep")
-    if pod.get("terminationGracePeriodSeconds", 30) < sleep + DRAIN_SECONDS:
-        problems.append("terminationGracePeriodSeconds leaves no time to drain after preStop")
+        problems.append("no preStop sleep action")
+    stop = sleep + sum(int(_setting(deployment, s)) for s in STOP_SETTINGS)
+    if pod.get("terminationGracePeriodSeconds", 30) < stop + LIFESPAN_SHUTDOWN_SECONDS:
+        problems.append(
+            "terminationGracePeriodSeconds does not cover preStop, the readiness grace, "
+            "the drain and the lifespan shutdown"
+        )
 
-    resources = container.get("resources", {})
-    if resources.get("requests") != REQUESTS:
-        problems.append(f"requests are not {REQUESTS}")
-    if resources.get("limits") != LIMITS:
-        problems.append(f"limits are not {LIMITS}")
+    problems += sizing_problems(container.get("resources", {}))
+    problems += spread_problems(deployment)
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    if any(k.startswith("prometheus.io/") for k in annotations):
+        problems.append("prometheus.io annotations beside the ServiceMonitor: scraped twice")
 
     env = {e.get("name"): e for e in container.get("env", [])}
     token = env.get("SLO_API_TOKEN", {})
@@ -392,6 +555,82 @@ def deployment_problems(deployment: Obj) -> list[str]:
     if "emptyDir" not in volumes.get(mounts.get("/tmp"), {}):
         problems.append("no emptyDir at /tmp (the root filesystem is read-only)")
     return problems
+
+
+# The settings the stop takes, after preStop, in order.
+STOP_SETTINGS = ("shutdown_grace_seconds", "shutdown_drain_seconds")
+
+
+def _setting(deployment: Obj, name: str) -> Any:
+    """A setting as the Deployment sets it, else its default."""
+    for e in _container(deployment).get("env", []):
+        if e.get("name") == name.upper() and "value" in e:
+            return e["value"]
+    return Settings.model_fields[name].default
+
+
+# -- README's sizing: the formula, its table, and the manifests that follow it ------------------
+
+_FORMULA = re.compile(
+    r"1\.25 \u00d7 \((\d+) MiB \+ (\d+) MiB \u00d7 CRs / 10,000 \+ (\d+) MiB"
+    r" \+ (\d+) KiB \u00d7 MAX_WATCHERS\)"
+)
+_ROW = re.compile(r"^\|\s*up to ([\d,]+)\s*\|\s*(\d+)Mi\s*\|\s*(\w+)\s*\|\s*(\w+)\s*\|$")
+ROUND_MIB = 64
+
+
+def sizing_formula() -> Callable[[int], float]:
+    """README's memory limit in MiB for a number of CRs, at the default MAX_WATCHERS."""
+    found = _FORMULA.search(README.read_text())
+    assert found, "README.md has no sizing formula"
+    empty, per_10k, history, per_stream_kib = (int(g) for g in found.groups())
+    streams = Settings.model_fields["max_watchers"].default * per_stream_kib / 1024
+    return lambda crs: 1.25 * (empty + per_10k * crs / 10_000 + history + streams)
+
+
+def sizing_table() -> list[tuple[int, Obj]]:
+    """README's table: (CRs, the resources it sizes them with), smallest first."""
+    rows = []
+    for line in README.read_text().splitlines():
+        found = _ROW.match(line.strip())
+        if found:
+            crs, memory, cpu_request, cpu_limit = found.groups()
+            resources = {
+                "requests": {"cpu": cpu_request, "memory": f"{memory}Mi"},
+                "limits": {"cpu": cpu_limit, "memory": f"{memory}Mi"},
+            }
+            rows.append((int(crs.replace(",", "")), resources))
+    assert len(rows) >= 3, "README.md's sizing table was not found"
+    return sorted(rows, key=lambda r: r[0])
+
+
+def sizing_problems(resources: Obj) -> list[str]:
+    if resources.get("requests", {}).get("memory") != resources.get("limits", {}).get("memory"):
+        # Every replica holds the same index: overcommitted, they would be killed together.
+        return ["the memory request is not the limit"]
+    if resources not in [r for _, r in sizing_table()]:
+        return [f"resources {resources} are no row of README's sizing table"]
+    return []
+
+
+def test_readmes_sizing_table_follows_its_formula() -> None:
+    limit = sizing_formula()
+    for crs, resources in sizing_table():
+        memory = int(resources["limits"]["memory"].removesuffix("Mi"))
+        assert memory == math.ceil(limit(crs) / ROUND_MIB) * ROUND_MIB, crs
+
+
+def spread_problems(deployment: Obj) -> list[str]:
+    pod = deployment["spec"]["template"]["spec"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    keys = []
+    for constraint in pod.get("topologySpreadConstraints", []):
+        selector = constraint.get("labelSelector", {}).get("matchLabels", {})
+        if selector and selector.items() <= labels.items() and constraint.get("maxSkew") == 1:
+            keys.append(constraint.get("topologyKey"))
+    if keys != ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]:
+        return ["replicas are not spread across zones, then hosts"]
+    return []
 
 
 def service_problems(service: Obj, deployment: Obj) -> list[str]:
@@ -416,6 +655,15 @@ def service_problems(service: Obj, deployment: Obj) -> list[str]:
 
 def test_the_deployment_keeps_the_operational_checklist() -> None:
     assert deployment_problems(_deployment()) == []
+
+
+def test_the_deployments_settings_are_valid_together() -> None:
+    literal = {
+        e["name"].lower(): e["value"] for e in _container(_deployment())["env"] if "value" in e
+    }
+    literal.pop("pod_name", None)
+    settings = Settings(**literal, slo_api_token="x" * 16)
+    assert settings.shutdown_drain_seconds >= settings.upstream_timeout_seconds
 
 
 def test_the_service_fronts_the_pods_on_port_80() -> None:
@@ -465,9 +713,28 @@ BREAKAGES: dict[str, Callable[[Obj], Any]] = {
         path="/readyz"
     ),
     "no preStop": lambda d: _container(d).pop("lifecycle"),
+    "preStop needing a shell": lambda d: _container(d)["lifecycle"].update(
+        preStop={"exec": {"command": ["sleep", "5"]}}
+    ),
     "short grace period": lambda d: _pod(d).update(terminationGracePeriodSeconds=10),
+    "drain past the grace period": lambda d: _env(d, "SHUTDOWN_DRAIN_SECONDS").update(value="60"),
     "no limits": lambda d: _container(d)["resources"].pop("limits"),
     "bigger requests": lambda d: _container(d)["resources"]["requests"].update(cpu="1"),
+    "memory overcommitted": lambda d: _container(d)["resources"]["requests"].update(memory="256Mi"),
+    "memory off the table": lambda d: [
+        _container(d)["resources"][k].update(memory="300Mi") for k in ("requests", "limits")
+    ],
+    "the original's sizing": lambda d: _container(d).update(
+        resources={
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "200m", "memory": "256Mi"},
+        }
+    ),
+    "no spread": lambda d: _pod(d).pop("topologySpreadConstraints"),
+    "hosts only": lambda d: _pod(d)["topologySpreadConstraints"].pop(0),
+    "scrape annotations": lambda d: d["spec"]["template"]["metadata"].update(
+        annotations={"prometheus.io/scrape": "true"}
+    ),
     "literal token": lambda d: _env(d, "SLO_API_TOKEN").update(value="s3cret"),
     "token from another key": lambda d: _env(d, "SLO_API_TOKEN")["valueFrom"][
         "secretKeyRef"

@@ -155,7 +155,8 @@ def test_go_durations(text: str, ns: int | None) -> None:
 
 
 def test_the_crd_pattern_is_the_go_duration_shape() -> None:
-    crd = yaml.safe_load((Path(__file__).parents[2] / "config/crd/modelpool.yaml").read_text())
+    path = Path(__file__).parents[2] / "config/crd/modelpool/modelpool.yaml"
+    crd = yaml.safe_load(path.read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     for field in ("swapBudget", "reclaimAfter"):
         assert spec["properties"][field]["pattern"] == GO_DURATION_PATTERN
