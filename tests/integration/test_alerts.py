@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.service import RunningService
+from tests.integration.service import running
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,12 @@ EXTERNAL = {
     "up": "Prometheus, for every scrape target",
     "kube_deployment_spec_replicas": "kube-state-metrics",
     "kube_deployment_status_replicas_available": "kube-state-metrics",
+    "kube_pod_container_resource_limits": "kube-state-metrics",
+    "container_memory_working_set_bytes": "the kubelet (cAdvisor)",
 }
+# The runbook_url base as shipped: absolute, and a reserved name (RFC 2606) until an overlay
+# says where README.md is browsable.
+PLACEHOLDER = "https://slo-api-runbooks.invalid/README.md"
 PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "inf", "nan"}
 SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -165,7 +170,7 @@ def test_each_alert_has_a_summary_a_description_and_a_runbook_section() -> None:
         annotations = rule["annotations"]
         assert annotations.get("summary"), name
         assert annotations.get("description"), name
-        assert annotations.get("runbook_url") == f"README.md#{name.lower()}", name
+        assert annotations.get("runbook_url") == f"{PLACEHOLDER}#{name.lower()}", name
         assert name.lower() in anchors, f"README.md has no section {name}"
         assert rule["labels"]["severity"] in ("warning", "critical"), name
 
@@ -202,9 +207,13 @@ def _exported(exposition: str) -> set[str]:
 
 
 async def test_every_metric_an_alert_reads_is_one_slo_api_exports(
-    service: RunningService,
+    slo_api_kubeconfig: Path, tmp_path: Path
 ) -> None:
-    response = await service.get("/metrics")
+    # With every optional source of metrics on: the tokens file's gauges exist only with one.
+    tokens = tmp_path / "tokens"
+    tokens.write_text("a-read-token-of-16 read\n")
+    async with running(slo_api_kubeconfig, slo_api_tokens_file=tokens) as service:
+        response = await service.get("/metrics")
     assert response.status_code == 200
     exported = _exported(response.text)
     # A labelled metric with no sample yet still declares itself; the per-kind gauges have one.
@@ -251,29 +260,64 @@ def test_the_servicemonitor_scrapes_the_service_pods_metrics() -> None:
     assert rule["metadata"]["namespace"] == service["metadata"]["namespace"]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_an_overlay_with_the_component_renders_the_alerts_beside_the_service(
-    tmp_path: Path,
-) -> None:
+RUNBOOKS = "https://git.example.com/platform/slo-api/blob/v0.1.0/README.md"
+
+
+def _render_overlay(tmp_path: Path, runbooks: str | None) -> subprocess.CompletedProcess[str]:
+    """An operator's overlay as the component's header shows it, with `runbooks` as the url."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
+    kustomization: Obj = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(CONFIG, overlay)],
+        "components": [os.path.relpath(MONITORING, overlay)],
+    }
+    if runbooks is not None:
+        kustomization["configMapGenerator"] = [
             {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(CONFIG, overlay)],
-                "components": [os.path.relpath(MONITORING, overlay)],
+                "name": "slo-api-runbooks",
+                "literals": [f"url={runbooks}"],
+                "options": {
+                    "disableNameSuffixHash": True,
+                    "annotations": {"config.kubernetes.io/local-config": "true"},
+                },
             }
-        )
-    )
-    rendered = subprocess.run(
+        ]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return subprocess.run(
         ["kubectl", "kustomize", str(overlay)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_an_overlay_with_the_component_renders_the_alerts_beside_the_service(
+    tmp_path: Path,
+) -> None:
+    rendered = _render_overlay(tmp_path, RUNBOOKS)
     assert rendered.returncode == 0, rendered.stderr
-    kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    kinds = {d["kind"] for d in docs}
     assert {"PrometheusRule", "ServiceMonitor", "Deployment", "Service"} <= kinds
+    # The ConfigMap only carries the url into the build; nothing applies it.
+    assert "ConfigMap" not in kinds
+    [rule] = [d for d in docs if d["kind"] == "PrometheusRule"]
+    urls = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for group in rule["spec"]["groups"]
+        for r in group["rules"]
+    }
+    assert urls == {name: f"{RUNBOOKS}#{name.lower()}" for name in _alerts()}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_an_overlay_that_does_not_say_where_the_runbook_is_does_not_build(
+    tmp_path: Path,
+) -> None:
+    rendered = _render_overlay(tmp_path, None)
+    assert rendered.returncode != 0
+    assert "slo-api-runbooks" in rendered.stderr
