@@ -9,10 +9,13 @@
 # of its own; the second copies only /opt/venv: no pip, no build backend, no compiler.
 #
 # PYTHON_IMAGE may be any Debian-like image with python3 (and its venv module) on the PATH and
-# useradd; the lock was resolved for CPython 3.11 on Linux, so keep that version. What a base
-# made from Debian's packages needs for these stages (the image test builds one with mmdebstrap):
+# useradd; the lock was resolved for CPython 3.11 on Linux, so keep that version. The default is
+# pinned by digest (the tag only says what it was), so two builds of one commit start from the
+# same base; move the pin on purpose, e.g. to `crane digest python:3.11-slim-bookworm`.
+# What a base made from Debian's packages needs for these stages (the image test builds one with
+# mmdebstrap, where no registry is reachable):
 # Debian packages: python3 python3-venv
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG PYTHON_IMAGE=docker.io/library/python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
@@ -33,8 +36,9 @@ RUN --mount=type=secret,id=ca-bundle \
     && /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes \
         --only-binary=:all: -r requirements.lock
 
-# The package itself, built without fetching anything (hatchling reads README.md too).
-COPY pyproject.toml README.md ./
+# The package itself, built without fetching anything (hatchling reads README.md too, and puts
+# LICENSE in the package's metadata).
+COPY pyproject.toml README.md LICENSE ./
 COPY slo_api/ slo_api/
 RUN /opt/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/dist . \
     && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index /tmp/dist/*.whl \
@@ -43,16 +47,37 @@ RUN /opt/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/dis
 
 
 FROM ${PYTHON_IMAGE}
+# Where the image came from, given by the build (`make image` passes them: see release/image.py):
+# the repository's URL, the commit, and the commit's time (so a rebuild labels the same).
+ARG SOURCE=""
+ARG REVISION=""
+ARG CREATED=""
 LABEL org.opencontainers.image.title="slo-api" \
       org.opencontainers.image.description="REST front door onto the Kubernetes custom resources that hold inference SLOs" \
       org.opencontainers.image.version="0.1.0" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH \
     PORT=8080
 
-RUN groupadd --gid 10001 slo-api \
+# No pip, setuptools or wheel, whatever the base ships: python:*-slim installs all three (and
+# ensurepip's bundled wheels), Debian's venv module brings pip's and setuptools' wheels. slo-api
+# runs from /opt/venv and installs nothing at run time; an installer left in the image is only
+# a tool for whoever gets in. Searched where Python keeps them (any python3.X), /opt/venv aside.
+RUN for dir in /usr/local/lib/python3* /usr/lib/python3* /usr/share/python-wheels \
+        /usr/local/bin /usr/bin; do \
+      [ -d "$dir" ] || continue; \
+      find "$dir" -depth \( -name 'pip' -o -name 'pip-*' -o -name 'pip3' -o -name 'pip3.*' \
+        -o -name 'setuptools' -o -name 'setuptools-*' -o -name 'pkg_resources' \
+        -o -name '_distutils_hack' -o -name 'distutils-precedence.pth' \
+        -o -name 'wheel' -o -name 'wheel-*' -o -name 'easy_install*' -o -name 'ensurepip' \) \
+        -exec rm -rf {} +; \
+    done \
+    && groupadd --gid 10001 slo-api \
     && useradd --uid 10001 --gid 10001 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin slo-api
 

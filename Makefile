@@ -51,11 +51,12 @@ test-tools:
 	$(call debian-packages,podman:podman runc:runc mmdebstrap:mmdebstrap promtool:prometheus)
 
 # The image, with podman. BASE=<image> builds on another base than the Dockerfile's
-# python:3.11-slim; BASE=debian makes one from Debian's packages (mmdebstrap, for machines that
-# reach no image registry). Needs only python3 and podman.
+# python:3.11-slim (pinned by digest); BASE=debian makes one from Debian's packages (mmdebstrap,
+# for machines that reach no image registry). SOURCE=<repository URL> labels where it came from
+# (default: the git remote origin). Needs only python3 and podman.
 IMAGE ?= slo-api:0.1.0
 image: podman
-	$(PYTHON) -m release.image --tag $(IMAGE) \
+	$(PYTHON) -m release.image --tag $(IMAGE) $(if $(SOURCE),--source $(SOURCE)) \
 	  $(if $(filter debian,$(BASE)),--debian-base,$(if $(BASE),--base $(BASE)))
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).

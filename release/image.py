@@ -7,6 +7,9 @@ mmdebstrap when no image registry is reachable (`--debian-base`).
   goes in as the build secret `ca-bundle` (trusted for the downloads, never stored in a layer).
 - `--isolation=chroot` builds where podman cannot start an OCI runtime for each RUN step (inside
   a container, say); `--network host` needs no network setup of its own.
+- The OCI labels `source`, `revision` and `created` are build arguments: the repository's URL
+  (`--source`, else the git remote `origin` without any credentials in it), the commit, and the
+  commit's time (`SOURCE_DATE_EPOCH` when set), so two builds of one commit label alike.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 import re
 import subprocess
 import sys
+import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,17 +78,76 @@ def podman_problem() -> str | None:
     return None
 
 
-def build_command(tag: str, base: str | None = None, ca: Path | None = None) -> list[str]:
+def _git(*args: str) -> str:
+    """git's answer in the repository, or "" outside a checkout (a source tarball, say)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def without_credentials(url: str) -> str:
+    """A remote's URL as a label may show it: no user or token, https for scp-like remotes."""
+    scp = re.fullmatch(r"[\w.-]+@([\w.-]+):(.+)", url)
+    if scp:
+        return f"https://{scp[1]}/{scp[2]}"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https", "ssh", "git") or not parts.hostname:
+        return ""
+    web = parts.scheme in ("http", "https")
+    host = parts.hostname + (f":{parts.port}" if parts.port and web else "")
+    scheme = parts.scheme if web else "https"
+    return urllib.parse.urlunsplit((scheme, host, parts.path, "", ""))
+
+
+def labels(source: str | None = None) -> dict[str, str]:
+    """The Dockerfile's SOURCE, REVISION and CREATED build arguments; empty ones left out."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _git("log", "-1", "--format=%ct")
+    created = (
+        datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if epoch else ""
+    )
+    found = {
+        "SOURCE": source
+        if source is not None
+        else without_credentials(_git("remote", "get-url", "origin")),
+        "REVISION": _git("rev-parse", "HEAD"),
+        "CREATED": created,
+    }
+    return {k: v for k, v in found.items() if v}
+
+
+def build_command(
+    tag: str,
+    base: str | None = None,
+    ca: Path | None = None,
+    build_args: dict[str, str] | None = None,
+) -> list[str]:
     argv = ["podman", "build", "--isolation=chroot", "--network", "host", "--tag", tag]
     if base:
         argv += ["--build-arg", f"PYTHON_IMAGE={base}"]
+    for name, value in (build_args or {}).items():
+        argv += ["--build-arg", f"{name}={value}"]
     if ca:
         argv += ["--secret", f"id=ca-bundle,src={ca}"]
     return [*argv, "--file", str(DOCKERFILE), str(REPO)]
 
 
-def build(tag: str, base: str | None = None, timeout: float = 900, show: bool = False) -> None:
-    _run(build_command(tag, base, ca_bundle()), timeout, f"podman build of {tag}", show)
+def build(
+    tag: str,
+    base: str | None = None,
+    timeout: float = 900,
+    show: bool = False,
+    source: str | None = None,
+) -> None:
+    argv = build_command(tag, base, ca_bundle(), labels(source))
+    _run(argv, timeout, f"podman build of {tag}", show)
 
 
 def image_size(tag: str) -> int:
@@ -157,17 +221,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m release.image", description=__doc__)
     parser.add_argument("--tag", default=DEFAULT_TAG, help=f"image name (default {DEFAULT_TAG})")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--base", help="base image (default: the Dockerfile's python:3.11-slim)")
+    where.add_argument(
+        "--base", help="base image (default: the Dockerfile's python:3.11-slim, by digest)"
+    )
     where.add_argument(
         "--debian-base",
         action="store_true",
         help=f"build the base from Debian {DEBIAN_SUITE}'s packages with mmdebstrap "
         "(for machines that reach no image registry)",
     )
+    parser.add_argument(
+        "--source",
+        help="the repository URL for the org.opencontainers.image.source label "
+        "(default: the git remote origin)",
+    )
     args = parser.parse_args(argv)
     try:
         base = debian_base(show=True) if args.debian_base else args.base
-        build(args.tag, base, show=True)
+        build(args.tag, base, show=True, source=args.source)
         size = image_size(args.tag)
     except ImageError as exc:
         print(exc, file=sys.stderr)

@@ -42,6 +42,12 @@ REPO = Path(__file__).resolve().parents[2]
 # One tag per checkout, so test runs of two checkouts on one machine never run each other's build.
 TAG = f"localhost/slo-api:test-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
 TOKEN = "image-test-token"
+SOURCE = "https://git.example.com/platform/slo-api"
+# Installers, by file or directory name, that no base may leave in the final image.
+INSTALLERS = (
+    "pip", "pip-*", "pip3", "pip3.*", "setuptools", "setuptools-*", "wheel", "wheel-*",
+    "easy_install*", "_distutils_hack", "pkg_resources", "ensurepip",
+)  # fmt: skip
 KUBECONFIG_IN_CONTAINER = "/etc/slo-api/kubeconfig"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.M)
 
@@ -119,7 +125,7 @@ def image() -> str:
         pytest.fail(f"podman cannot run on this machine, so the image cannot be tested: {problem}")
     try:
         base = images.debian_base()
-        images.build(TAG, base)
+        images.build(TAG, base, source=SOURCE)
     except images.ImageError as exc:
         pytest.fail(str(exc))
     return TAG
@@ -240,6 +246,38 @@ def test_the_image_holds_exactly_the_locked_versions_and_no_build_tools(image: s
     assert dists.pop(canonicalize_name("slo-api")) == project["version"]
     assert dists == locked
     assert installed["tools"] == []
+
+
+def test_no_installer_is_left_anywhere_in_the_image(image: str) -> None:
+    """Not only in /opt/venv: the base's own Python (python:*-slim ships pip, setuptools and
+    wheel; Debian's venv module their wheels) is searched too, so whichever base was built."""
+    found = json.loads(
+        _run_python(
+            image,
+            "import fnmatch, json, os\n"
+            f"patterns = {INSTALLERS!r}\n"
+            "found = []\n"
+            "for root, dirs, files in os.walk('/'):\n"
+            "    if root in ('/proc', '/sys', '/dev'):\n"
+            "        dirs[:] = []\n"
+            "        continue\n"
+            "    found += [os.path.join(root, n) for n in dirs + files\n"
+            "              if any(fnmatch.fnmatch(n, p) for p in patterns)]\n"
+            "print(json.dumps(found))\n",
+        )
+    )
+    assert found == []
+
+
+def test_the_image_is_labelled_with_its_source_revision_and_creation(image: str) -> None:
+    labels = json.loads(_podman("image", "inspect", "--format", "{{json .Labels}}", image))
+    expected = images.labels(SOURCE)
+    assert labels["org.opencontainers.image.source"] == SOURCE
+    assert labels["org.opencontainers.image.revision"] == expected["REVISION"]
+    assert labels["org.opencontainers.image.created"] == expected["CREATED"]
+    license_id = locks.read_pyproject()["project"]
+    assert isinstance(license_id, dict)
+    assert labels["org.opencontainers.image.licenses"] == license_id["license"]
 
 
 # -- the running container ----------------------------------------------------------------------

@@ -794,8 +794,6 @@ def _instruction(lines: list[str], name: str) -> list[str]:
 
 def test_the_image_is_slim_non_root_and_runs_the_console_script_as_pid_1() -> None:
     lines = _dockerfile()
-    text = "\n".join(lines)
-    assert "python:3.11-slim" in text
     final = _final_stage(lines)
 
     users = _instruction(final, "USER")
@@ -815,6 +813,38 @@ def test_the_image_is_slim_non_root_and_runs_the_console_script_as_pid_1() -> No
     env = " ".join(_instruction(final, "ENV"))
     assert "PYTHONDONTWRITEBYTECODE=1" in env
     assert "PYTHONUNBUFFERED=1" in env
+
+
+def test_the_default_base_is_python_3_11_slim_pinned_by_digest() -> None:
+    [default] = [a for a in _instruction(_dockerfile(), "ARG") if a.startswith("PYTHON_IMAGE=")]
+    image = default.removeprefix("PYTHON_IMAGE=")
+    assert re.fullmatch(
+        r"(docker\.io/library/)?python:3\.11[.\d]*-slim[\w-]*@sha256:[0-9a-f]{64}", image
+    )
+
+
+def test_the_final_stage_removes_every_installer_the_base_ships_before_adding_the_venv() -> None:
+    final = _final_stage(_dockerfile())
+    runs = [i for i, line in enumerate(final) if line.startswith("RUN ")]
+    removal = [i for i in runs if "rm -rf" in final[i]]
+    assert len(removal) == 1
+    step = final[removal[0]]
+    for name in ("'pip'", "'pip3'", "'setuptools'", "'wheel'", "'ensurepip'", "'pip-*'"):
+        assert name in step, name
+    # Whatever the base: python:*-slim's /usr/local and Debian's /usr/lib and python-wheels.
+    for where in ("/usr/local/lib/python3*", "/usr/lib/python3*", "/usr/share/python-wheels"):
+        assert where in step, where
+    copy_venv = next(i for i, line in enumerate(final) if line.startswith("COPY --from=build"))
+    assert removal[0] < copy_venv
+
+
+def test_the_license_label_is_the_projects_and_its_text_ships() -> None:
+    license_id = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"]
+    labels = " ".join(_instruction(_final_stage(_dockerfile()), "LABEL"))
+    assert f'org.opencontainers.image.licenses="{license_id}"' in labels
+    assert license_id == "Apache-2.0"
+    assert "Apache License" in (REPO / "LICENSE").read_text()
+    assert re.search(r"^COPY\s+.*\bLICENSE\b", "\n".join(_dockerfile()), re.M)
 
 
 def test_the_image_installs_locked_dependencies_before_copying_the_code() -> None:
@@ -852,7 +882,7 @@ def _dockerignore() -> list[str]:
 
 def test_the_build_context_keeps_what_the_build_copies_and_drops_the_rest() -> None:
     patterns = _dockerignore()
-    built_from = ("pyproject.toml", "README.md", "slo_api")
+    built_from = ("pyproject.toml", "README.md", "LICENSE", "slo_api")
     for needed in (*built_from, "requirements.lock", "requirements-build.lock"):
         assert needed not in patterns, needed
         assert not any(re.fullmatch(p.replace("*", ".*"), needed) for p in patterns), needed

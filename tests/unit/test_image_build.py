@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,36 @@ def test_the_debian_base_packages_are_the_ones_the_dockerfile_names() -> None:
     packages = images.debian_packages()
     assert "python3" in packages
     assert "python3-venv" in packages  # `python3 -m venv` with pip, in the build stage
+
+
+def test_the_oci_labels_are_build_arguments_from_the_checkout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")
+    found = images.labels("https://git.example.com/platform/slo-api")
+    assert found["SOURCE"] == "https://git.example.com/platform/slo-api"
+    assert found["CREATED"] == "2025-12-01T00:00:00Z"
+    assert re.fullmatch(r"[0-9a-f]{40}", found["REVISION"])
+    argv = images.build_command("t", build_args=found)
+    assert f"REVISION={found['REVISION']}" in argv
+    dockerfile = images.DOCKERFILE.read_text()
+    for name, label in (("SOURCE", "source"), ("REVISION", "revision"), ("CREATED", "created")):
+        assert f"ARG {name}=" in dockerfile
+        assert f'org.opencontainers.image.{label}="${{{name}}}"' in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("remote", "label"),
+    [
+        ("https://user:s3cret@github.com/acme/slo-api.git", "https://github.com/acme/slo-api.git"),
+        ("git@github.com:acme/slo-api.git", "https://github.com/acme/slo-api.git"),
+        ("ssh://git@git.example.com:2222/acme/slo-api", "https://git.example.com/acme/slo-api"),
+        (
+            "https://git.example.com:8443/acme/slo-api?x=1",
+            "https://git.example.com:8443/acme/slo-api",
+        ),
+        ("/srv/git/slo-api", ""),
+    ],
+)
+def test_a_remote_is_labelled_without_credentials(remote: str, label: str) -> None:
+    assert images.without_credentials(remote) == label
