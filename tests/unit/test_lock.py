@@ -88,6 +88,12 @@ def test_the_image_base_is_the_python_the_lock_was_resolved_for() -> None:
     dockerfile = (locks.REPO / "Dockerfile").read_text()
     default = re.search(r"^ARG PYTHON_IMAGE=(\S+)", dockerfile, re.M)
     assert default, "the Dockerfile takes its base image as ARG PYTHON_IMAGE"
-    assert default[1] == f"python:{locks.PYTHON_VERSION}-slim"
+    # The official slim image of that minor version, pinned by digest (the tag says which).
+    image = re.fullmatch(
+        r"(?:docker\.io/library/)?python:(\d+\.\d+)(?:\.\d+)?-slim[\w-]*@sha256:[0-9a-f]{64}",
+        default[1],
+    )
+    assert image, default[1]
+    assert image[1] == locks.PYTHON_VERSION
     requires = tomllib.loads(locks.PYPROJECT.read_text())["project"]["requires-python"]
     assert SpecifierSet(requires).contains(locks.PYTHON_VERSION)
