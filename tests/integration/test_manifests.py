@@ -526,7 +526,7 @@ def deployment_problems(deployment: Obj) -> list[str]:
     sleep = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     if sleep <= 0:
         problems.append("no preStop sleep action")
-    stop = sleep + sum(int(_setting(deployment, s)) for s in STOP_SETTINGS)
+    stop = sleep + sum(float(_setting(deployment, s)) for s in STOP_SETTINGS)
     if pod.get("terminationGracePeriodSeconds", 30) < stop + LIFESPAN_SHUTDOWN_SECONDS:
         problems.append(
             "terminationGracePeriodSeconds does not cover preStop, the readiness grace, "
