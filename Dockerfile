@@ -15,7 +15,7 @@
 # What a base made from Debian's packages needs for these stages (the image test builds one with
 # mmdebstrap, where no registry is reachable):
 # Debian packages: python3 python3-venv
-ARG PYTHON_IMAGE=docker.io/library/python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
