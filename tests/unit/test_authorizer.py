@@ -272,7 +272,8 @@ async def test_only_the_json_boolean_true_allows(start: Started, answer: Obj) ->
 
 class _Response:
     def __init__(self, body: bytes) -> None:
-        self.status, self.reason, self.headers, self._body = 200, "OK", {}, body
+        self.status, self.reason, self._body = 200, "OK", body
+        self.headers: dict[str, str] = {}
 
     async def read(self) -> bytes:
         return self._body
@@ -296,7 +297,7 @@ class _Reviewer:
 )
 async def test_a_review_answer_that_cannot_be_read_is_a_failed_review(body: bytes) -> None:
     kube = Kube(None, timeout=1)
-    kube._authn = kube._authz = _Reviewer(body)
+    kube._authn = kube._authz = _Reviewer(body)  # type: ignore[assignment]
     with pytest.raises(KubeError):
         await kube.review_access({"user": "x"})
     with pytest.raises(KubeError):
