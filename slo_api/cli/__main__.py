@@ -15,7 +15,7 @@ from pathlib import Path
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
-from slo_api.cli.kubeconfig import token_from_kubeconfig
+from slo_api.cli.kubeconfig import check_transport, token_from_kubeconfig
 from slo_api.cli.output import FORMATS
 
 DEFAULT_TIMEOUT = 10.0
@@ -227,7 +227,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise usage("no server: pass --server or set SLO_API_URL")
         token = _token(args)
         if not token and kubeconfig:
-            token = token_from_kubeconfig(kubeconfig)
+            credential = token_from_kubeconfig(kubeconfig)
+            check_transport(server, credential)
+            # Which cluster identity is being lent to slo-api, said every time: the current
+            # context may well be another cluster's.
+            print(
+                f"sloctl: using the credentials of kubeconfig context {credential.context!r} "
+                f"(user {credential.user!r})",
+                file=sys.stderr,
+            )
+            token = credential.token
         with SloClient(server, token, args.timeout) as client:
             return handler(client, args)
     except CliError as exc:
