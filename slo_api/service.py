@@ -333,11 +333,11 @@ class Service:
             "count": len(claims),
         }
 
-    def full(self, route: str) -> Obj:
+    def full(self, route: str, pools: PoolLookup | None = None) -> Obj:
         claims = self.index.claims(route)
         if len(claims) == 1:
             plural, obj = claims[0]
-            return self.project(self.kinds[plural], obj)
+            return self.project(self.kinds[plural], obj, pools)
         return self.summary(route)
 
     def page(
@@ -370,11 +370,23 @@ class Service:
         """
         return self.render_page(self.index.routes(kind), page, page_size, full)
 
-    def render_page(self, routes: list[str], page: int, page_size: int, full: bool) -> bytes:
+    def render_page(
+        self,
+        routes: list[str],
+        page: int,
+        page_size: int,
+        full: bool,
+        line: Callable[[str], bytes] | None = None,
+    ) -> bytes:
+        """A page of `routes`, each item `line(route)` (by default its cached line)."""
         start = (page - 1) * page_size
-        view, render = ("full", self._full_json) if full else ("summary", self._summary_json)
-        rendered = self.index.rendered
-        items = b",".join([rendered(view, r, render) for r in routes[start : start + page_size]])
+        chosen = routes[start : start + page_size]
+        if line is None:
+            view, render = ("full", self._full_json) if full else ("summary", self._summary_json)
+            rendered = self.index.rendered
+            items = b",".join([rendered(view, r, render) for r in chosen])
+        else:
+            items = b",".join([line(r) for r in chosen])
         return b'{"items":[%b],"total":%d,"page":%d,"pageSize":%d}' % (
             items,
             len(routes),
@@ -383,8 +395,12 @@ class Service:
         )
 
     def line(self, view: str, route: str) -> bytes:
-        """A route's `/config` item in a view ("summary" or "full") as JSON, cached by the index."""
-        render = self._full_json if view == "full" else self._summary_json
+        """A route's `/config` item in a view ("summary", "full", or "full-unpooled": full
+        without a member's `pool`, for callers who may not read the pool) as JSON, cached by
+        the index."""
+        render = {"full": self._full_json, "full-unpooled": self._full_unpooled_json}.get(
+            view, self._summary_json
+        )
         value: bytes = self.index.rendered(view, route, render)
         return value
 
@@ -393,3 +409,10 @@ class Service:
 
     def _full_json(self, route: str) -> bytes:
         return orjson.dumps(self.full(route))
+
+    def _full_unpooled_json(self, route: str) -> bytes:
+        return orjson.dumps(self.full(route, _no_pool))
+
+
+def _no_pool(namespace: str, member: str) -> Obj | None:
+    return None

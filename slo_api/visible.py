@@ -9,6 +9,7 @@ polling its pages pays a few dictionary look-ups, as a static-token caller does.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from slo_api.index import CRIndex
 from slo_api.service import Service
@@ -24,6 +25,8 @@ class VisiblePages:
         self.index = index
         self._plural = {k.name: p for p, k in service.kinds.items()}
         self._name = {p: k.name for p, k in service.kinds.items()}
+        # The kind whose CRs list others as members (pools): what a member's `pool` shows.
+        self._pools = next((k.name for k in service.kinds.values() if k.groups_routes), "")
         self._generation = -1
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
@@ -64,12 +67,28 @@ class VisiblePages:
         key = (allowed, page, page_size, kind, full)
         cached = self._pages.get(key)
         if cached is None:
-            body = self.service.render_page(self._visible(allowed, kind), page, page_size, full)
+            line = self._line(allowed) if full else None
+            body = self.service.render_page(
+                self._visible(allowed, kind), page, page_size, full, line
+            )
             etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
             if len(self._pages) >= PAGES:
                 del self._pages[next(iter(self._pages))]
             cached = self._pages[key] = (body, etag)
         return cached
+
+    def _line(self, allowed: Allowed) -> Callable[[str], bytes]:
+        """A route's full item as this caller may see it: a member's `pool` only where the
+        caller may list (so read) the pools of the member's namespace."""
+        service, claimed_in = self.service, self.index.claimed_in
+
+        def line(route: str) -> bytes:
+            claims = claimed_in(route)
+            if len(claims) == 1 and (self._pools, claims[0][1]) not in allowed:
+                return service.line("full-unpooled", route)
+            return service.line("full", route)
+
+        return line
 
     def _visible(self, allowed: Allowed, kind: str | None) -> list[str]:
         """Routes with at least one claiming CR the caller may list (an ambiguous route too)."""

@@ -268,7 +268,10 @@ async def list_routes(
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")
     held = rt.visible.held()
-    allowed = await rt.access.visible(caller, held if kind is None else {kind: held[kind]})
+    if kind is not None:
+        # A full item shows a member's pool only where the caller may list pools: ask that too.
+        held = {k: held[k] for k in (kind, "pool") if k == kind or view == "full"}
+    allowed = await rt.access.visible(caller, held)
     body, etag = rt.visible.page(allowed, page, page_size, kind, view == "full")
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})

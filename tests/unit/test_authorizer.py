@@ -242,9 +242,9 @@ async def test_a_write_the_index_thinks_empty_is_checked_against_the_api_server(
 async def test_a_member_shows_its_pool_only_to_callers_who_may_get_it(
     start: Started, may_get_pool: bool
 ) -> None:
-    grants = _grants(NEW, LLMS, "a", "get", "patch")
+    grants = _grants(NEW, LLMS, "a", "get", "patch", "list")
     if may_get_pool:
-        grants |= _grants(POOLS, "modelpools", "a", "get")
+        grants |= _grants(POOLS, "modelpools", "a", "get", "list")
     kube = RbacKube(
         grants, {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}
     )
@@ -252,10 +252,17 @@ async def test_a_member_shows_its_pool_only_to_callers_who_may_get_it(
         await _ready(app)
         read = (await client.get("/routes/chat", headers=BEARER)).json()
         written = (await client.put("/routes/chat", json={"priority": 1}, headers=BEARER)).json()
-        for body in (read, written):
+        listed = []
+        for params in ({"view": "full"}, {"view": "full", "kind": "llm"}):
+            page = (await client.get("/config", params=params, headers=BEARER)).json()
+            listed += [i for i in page["items"] if i["route"] == "chat"]
+        assert len(listed) == 2
+        for body in (read, written, *listed):
             assert ("pool" in body) is may_get_pool
         static = (await client.get("/routes/chat", headers=AUTH)).json()
         assert static["pool"]["route"] == "slot"
+        page = (await client.get("/config", params={"view": "full"}, headers=AUTH)).json()
+        assert {i["route"]: i for i in page["items"]}["chat"]["pool"]["route"] == "slot"
 
 
 # -- malformed review answers ---------------------------------------------------------------------
