@@ -316,11 +316,6 @@ class Service:
 
     # -- listing ---------------------------------------------------------------------------
 
-    def kind_of(self, route: str) -> str | None:
-        """The kind name of the one CR claiming a route, if exactly one does (for the audit)."""
-        claims = self.index.claimed_in(route)
-        return self.kinds[claims[0][0]].name if len(claims) == 1 else None
-
     def summary(self, route: str) -> Obj:
         claims = self.index.claims(route)
         if len(claims) == 1:

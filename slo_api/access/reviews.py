@@ -6,8 +6,9 @@ concurrent `GET /config` of one caller over 300 namespaces ask 300 questions, no
 most `review_concurrency` TokenReviews, and as many SubjectAccessReviews, are in flight at once,
 each kind with its own bound: a flood of unknown tokens waits for TokenReview slots only, so
 it neither crowds known callers' access questions nor takes the connections that writes and
-watches need. Beyond `REVIEW_QUEUE_FACTOR` times that many waiting, a review is refused at
-once (503 with Retry-After) rather than queued without end.
+watches need. Beyond `REVIEW_QUEUE_FACTOR` times that many TokenReviews waiting, one is refused
+at once (503 with Retry-After) rather than queued without end; access questions, asked only
+for callers already authenticated, wait.
 
 An answer that cannot be read (not JSON, `status` not an object, fields of the wrong type)
 fails closed like an answer that never came: 503. Only the JSON boolean `true` authenticates
@@ -122,7 +123,7 @@ def unavailable(what: str, why: object) -> ApiError:
 class _Bound:
     """At most `limit` holders at once, and at most `waiting` queued behind them."""
 
-    def __init__(self, what: str, limit: int, waiting: int) -> None:
+    def __init__(self, what: str, limit: int, waiting: int | None = None) -> None:
         self.what = what
         self._slots = asyncio.Semaphore(limit)
         self._waiting = 0
@@ -130,7 +131,11 @@ class _Bound:
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        if self._slots.locked() and self._waiting >= self._max_waiting:
+        if (
+            self._max_waiting is not None
+            and self._slots.locked()
+            and self._waiting >= self._max_waiting
+        ):
             raise unavailable(self.what, f"more than {self._max_waiting} waiting")
         self._waiting += 1
         try:
@@ -192,7 +197,9 @@ class Reviews:
         self._access_flights: _SingleFlight[AccessKey, bool] = _SingleFlight()
         limit = settings.review_concurrency
         self._token_bound = _Bound("TokenReview", limit, limit * REVIEW_QUEUE_FACTOR)
-        self._access_bound = _Bound("SubjectAccessReview", limit, limit * REVIEW_QUEUE_FACTOR)
+        # Access questions come from callers already authenticated, one per namespace of a
+        # `GET /config` (hundreds at once are normal): they wait for a slot, never refused.
+        self._access_bound = _Bound("SubjectAccessReview", limit)
         cache = metrics.review_cache
         self._cache = {
             (c, r): cache.labels(c, r) for c in ("token", "access") for r in ("hit", "miss")

@@ -68,6 +68,7 @@ class RbacKube(FakeKube):
         # While set, TokenReviews of tokens other than TOKEN wait for it.
         self.hold_tokens: asyncio.Event | None = None
         self.in_flight = self.most_in_flight = 0
+        self.access_in_flight = self.most_access_in_flight = 0
 
     async def review_token(self, token: str, audiences: list[str]) -> Obj:
         self.token_reviews.append(token)
@@ -87,7 +88,12 @@ class RbacKube(FakeKube):
 
     async def review_access(self, spec: Obj) -> Obj:
         self.access_reviews.append(spec)
-        await asyncio.sleep(0)  # let concurrent requests ask the same question meanwhile
+        self.access_in_flight += 1
+        self.most_access_in_flight = max(self.most_access_in_flight, self.access_in_flight)
+        try:
+            await asyncio.sleep(0)  # let concurrent requests ask the same question meanwhile
+        finally:
+            self.access_in_flight -= 1
         if self.access_answer is not None:
             return self.access_answer
         a = spec["resourceAttributes"]
@@ -341,7 +347,7 @@ async def test_identical_concurrent_questions_are_asked_once(start: Started) -> 
     spaces = [f"ns-{n}" for n in range(30)]
     grants = {g for ns in spaces for g in _grants(NEW, LLMS, ns, "list")}
     kube = RbacKube(grants, {LLMS: [_llm(ns, f"r-{ns}") for ns in spaces]})
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=2) as (client, app):
         await _ready(app)
         pages = await asyncio.gather(
             *(client.get("/config", params={"pageSize": 200}, headers=BEARER) for _ in range(5))
@@ -349,6 +355,8 @@ async def test_identical_concurrent_questions_are_asked_once(start: Started) -> 
         assert all(p.json()["total"] == 30 for p in pages)
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 30
+        # Bounded, and an authenticated caller's questions wait for a slot: none refused.
+        assert kube.most_access_in_flight == 2
 
 
 async def test_a_flood_of_bad_tokens_is_bounded_and_never_holds_up_a_known_caller(
