@@ -28,7 +28,8 @@ environment:
   SLO_API_TOKEN  bearer token (or --token-file, which keeps it out of the environment too;
                  --token puts it in the process list)
   KUBECONFIG     without a token: the current context's token, tokenFile or exec plugin
-                 (or --kubeconfig), for slo-api's Kubernetes identities"""
+                 (or --kubeconfig), for slo-api's Kubernetes identities; sent only over
+                 https:// or to loopback, and the context is named on stderr"""
 
 SET_HELP = """\
 keys (dotted paths as `sloctl get` shows them):
