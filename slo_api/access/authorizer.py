@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slo_api.access.reviews import Reviews, User, token_key
+from slo_api.access.reviews import AccessKey, Reviews, User, token_key
 from slo_api.auth import Role, TokenStore
 from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, PoolLookup
@@ -181,7 +181,7 @@ class Authorizer:
         user = caller.user
         if user is None:
             return None
-        questions: dict[tuple[str, str], list[tuple[str, str, str, str, str, str]]] = {}
+        questions: dict[tuple[str, str], list[AccessKey]] = {}
         for kind_name, spaces in held.items():
             plural = self.kinds[kind_name].resource.plural
             for namespace, groups in spaces.items():
@@ -190,18 +190,25 @@ class Authorizer:
                     for group in groups
                     for verb in verbs
                 ]
-        missing = {
-            key for keys in questions.values() for key in keys if self.reviews.cached(key) is None
-        }
-        answers: dict[tuple[str, str, str, str, str, str], bool] = {}
+        # Each decision read once: one cached now may expire before the end of this request.
+        answers: dict[AccessKey, bool] = {}
+        missing: set[AccessKey] = set()
+        for keys in questions.values():
+            for key in keys:
+                if key in answers or key in missing:
+                    continue
+                decision = self.reviews.cached(key)
+                if decision is None:
+                    missing.add(key)
+                else:
+                    answers[key] = decision
         if missing:
             asked = list(missing)
             results = await asyncio.gather(*(self.reviews.allowed(user, k) for k in asked))
-            answers = dict(zip(asked, results, strict=True))
+            answers.update(zip(asked, results, strict=True))
         allowed: set[tuple[str, str]] = set()
         for pair, keys in questions.items():
-            decisions = [answers[k] if k in answers else self.reviews.cached(k) for k in keys]
-            ok = all(d is True for d in decisions)
+            ok = all(answers[k] for k in keys)
             for verb in verbs:
                 self._decided("kubernetes", verb, ok)
             if ok:
