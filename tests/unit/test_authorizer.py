@@ -126,8 +126,12 @@ async def _settled(kube: RbacKube) -> None:
 
 
 @pytest.mark.parametrize("granted", [OLD, NEW])
-async def test_the_review_names_the_group_that_holds_the_cr(start: Started, granted: str) -> None:
-    """A cluster serving only the old group: rights there count, rights on the new one do not."""
+async def test_the_review_names_the_group_that_holds_the_cr(
+    start: Started, granted: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster serving only the old group: rights there count, rights on the new one do not.
+    The write, its Event and its audit line name the CR the review was about."""
+    caplog.set_level("INFO", logger="slo_api.audit")
     grants = _grants(granted, LLMS, "a", "get", "list", "watch", "patch")
     kube = RbacKube(grants, {LLMS: [_llm("a", "chat", OLD)]})
     kube.groups = {OLD, POOLS}
@@ -143,6 +147,13 @@ async def test_the_review_names_the_group_that_holds_the_cr(start: Started, gran
             assert put.status_code == 200, put.text
             assert [i["route"] for i in listed["items"]] == ["chat"]
             assert await access.allowed() == frozenset({("llm", "a")})
+            await _settled(kube)
+            [event] = kube.events
+            assert event["regarding"]["apiVersion"] == f"{OLD}/v1alpha1"
+            assert (event["regarding"]["namespace"], event["regarding"]["name"]) == ("a", "chat")
+            [audited] = [r.__dict__ for r in caplog.records if getattr(r, "audit", False)]
+            assert (audited["group"], audited["namespace"], audited["object"]) == (OLD, "a", "chat")
+            assert audited["uid"] == "uid-chat"
         else:
             assert (got.status_code, put.status_code) == (404, 404)
             assert listed["items"] == []
