@@ -149,15 +149,6 @@ class Service:
             "it is ambiguous until all but one are removed or renamed",
         )
 
-    def resolve(self, route: str) -> Target:
-        """The one CR claiming a route, for a caller who may read every CR."""
-        claims = self.claims(route)
-        if not claims:
-            raise self.not_found(route)
-        if len(claims) > 1:
-            raise self.ambiguous(route, claims)
-        return claims[0]
-
     def pool_claim(self, namespace: str, member: str) -> Target | None:
         """The pool an LLM or job route shows: the first one listing it as a member."""
         for plural, pool in self.index.groups_with_member(namespace, member):
