@@ -21,9 +21,11 @@ from slo_api.api.schema import (
 )
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
+from slo_api.feed import Allowed
 from slo_api.identity import Caller
 from slo_api.jsonbody import parse_object
 from slo_api.route_names import route_problem
+from slo_api.runtime import Runtime
 from slo_api.service import Result, Service, parse_if_match
 
 router = APIRouter()
@@ -212,6 +214,27 @@ for prefix, tag, suffix in (
     )
 
 
+class _StreamAccess:
+    """A change stream's caller, asked again while the stream is open (StreamAccess)."""
+
+    def __init__(self, rt: Runtime, caller: Caller, request: Request) -> None:
+        self.rt = rt
+        self.static = caller.static
+        self.holder = None if caller.static else caller.name
+        header = request.headers.get("authorization", "")
+        self._token = header.partition(" ")[2].strip()
+
+    async def allowed(self) -> Allowed | None:
+        if self.static:
+            return None
+        # The token again (revoked or expired: 401), then what it may list now.
+        caller = await self.rt.gate.authenticate(self._token)
+        allowed = await caller.listable(self.rt.visible.namespaces())
+        if not allowed:
+            raise ApiError(403, "this identity may not list any routes", code="forbidden")
+        return allowed
+
+
 @router.get(
     "/config",
     tags=["config (compatible)"],
@@ -220,6 +243,7 @@ for prefix, tag, suffix in (
     summary="Every route, paginated, from the index",
 )
 async def list_routes(
+    request: Request,
     rt: RuntimeDep,
     caller: ReadCaller,
     page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
@@ -246,6 +270,7 @@ async def list_routes(
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
     if watch:
+        access = _StreamAccess(rt, caller, request)
         return open_stream(
             rt.feed,
             view=view,
@@ -253,8 +278,8 @@ async def list_routes(
             since=since,
             accept=accept,
             last_event_id=last_event_id,
-            # A Kubernetes identity follows only the routes it may list.
-            visible=None if caller.static else caller.may_list,
+            access=access,
+            allowed=await access.allowed(),
         )
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from slo_api.feed import Expired, Feed, TooManyWatchers, Watcher
+from slo_api.errors import ApiError
+from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
@@ -18,9 +19,9 @@ Obj = dict[str, Any]
 
 def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
     options: dict[str, Any] = {
-        "history": 64,
-        "queue": 8,
-        "max_watchers": 10,
+        "history_bytes": 1 << 20,
+        "max_streams": 10,
+        "streams_per_identity": 3,
         "bookmark_seconds": 3600,
         "flush_seconds": 0,
         **overrides,
@@ -29,30 +30,53 @@ def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
 
 
 class Reader:
-    """Runs one stream into a list of decoded events."""
+    """Runs one stream into a list of decoded events, as the HTTP response does."""
 
-    def __init__(self, feed: Feed, watcher: Watcher) -> None:
+    def __init__(self, feed: Feed, stream: Stream) -> None:
         self.feed = feed
-        self.watcher = watcher
+        self.stream = stream
         self.raw: list[bytes] = []
-        self.task = asyncio.create_task(feed.serve(watcher, self._write))
+        self.stalled = False  # its client stops reading: every write from now on hangs
+        self.task = asyncio.create_task(self._run())
 
     async def _write(self, chunk: bytes) -> None:
+        if self.stalled:
+            await asyncio.Event().wait()
         self.raw.append(chunk)
+
+    async def _run(self) -> None:
+        try:
+            await self.feed.serve(self.stream, self._write)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.stream.cancelled or task is None:
+                raise
+            task.uncancel()
+        self.raw.append(self.feed.tail(self.stream))
 
     @property
     def events(self) -> list[Obj]:
+        return [data for _, data in self.frames]
+
+    @property
+    def frames(self) -> list[tuple[str | None, Obj]]:
         text = b"".join(self.raw)
-        if self.watcher.sse:
-            return [
-                orjson.loads(line[len(b"data: ") :])
-                for line in text.split(b"\n")
-                if line.startswith(b"data: ")
-            ]
-        return [orjson.loads(line) for line in text.splitlines()]
+        if self.stream.sse:
+            out = []
+            for block in text.split(b"\n\n"):
+                fields = dict(
+                    line.split(b": ", 1) for line in block.split(b"\n") if b": " in line
+                )
+                if b"data" in fields:
+                    ident = fields.get(b"id")
+                    out.append((ident.decode() if ident else None, orjson.loads(fields[b"data"])))
+            return out
+        return [(None, orjson.loads(line)) for line in text.splitlines()]
 
     def changes(self) -> list[tuple[str, str]]:
-        return [(e["type"], e["route"]) for e in self.events if e["type"] != "BOOKMARK"]
+        return [
+            (e["type"], e["route"]) for e in self.events if e["type"] not in ("BOOKMARK", "ERROR")
+        ]
 
     async def settle(self) -> None:
         for _ in range(5):
@@ -61,7 +85,7 @@ class Reader:
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        self.feed.close(self.watcher)
+        self.feed.close(self.stream)
 
 
 async def reader(feed: Feed, view: str = "summary", kind: str | None = None, **kw: Any) -> Reader:
@@ -84,7 +108,8 @@ async def test_a_stream_starts_with_the_current_routes_then_an_initial_bookmark(
     ]
     assert events[-1]["initial"] is True
     assert events[0]["object"] == feed.service.summary("batch")
-    assert {e["revision"] for e in events} == {feed.revision(feed.head)}
+    # No place to resume from inside the initial state: only its bookmark has one.
+    assert [e.get("revision") for e in events] == [None, None, feed.revision(feed.head)]
     await r.stop()
 
 
@@ -94,7 +119,9 @@ async def test_each_change_is_sent_once_with_its_type_and_new_item() -> None:
     index.upsert(LLM, cr("a", "x", "chat"))
     r = await reader(feed)
     index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=5))
+    await r.settle()
     index.upsert(LLM, cr("a", "y", "code"))
+    await r.settle()
     index.delete(LLM, cr("a", "x", "chat", rv=3))
     await r.settle()
     assert r.changes()[1:] == [("MODIFIED", "chat"), ("ADDED", "code"), ("DELETED", "chat")]
@@ -177,7 +204,7 @@ async def test_since_replays_exactly_the_later_changes() -> None:
 
 
 async def test_a_revision_too_old_from_another_process_or_the_future_is_expired() -> None:
-    feed = make_feed(history=16)
+    feed = make_feed(history_bytes=4000)
     index = feed.index
     r = await reader(feed)
     old = feed.revision(feed.head)
@@ -200,33 +227,48 @@ async def test_a_revision_too_old_from_another_process_or_the_future_is_expired(
     await r.stop()
 
 
-async def test_a_stalled_reader_is_dropped_and_the_others_get_every_change() -> None:
-    feed = make_feed(queue=8)
+async def test_a_stalled_reader_is_ended_at_the_bound_and_the_others_get_every_change() -> None:
+    feed = make_feed(history_bytes=8000)
     index = feed.index
-    stalled = feed.open("summary", None)
-    never = asyncio.Event()
-
-    async def stuck(chunk: bytes) -> None:
-        await never.wait()
-
-    task = asyncio.create_task(feed.serve(stalled, stuck))
+    index.upsert(LLM, cr("a", "first", "first"))
+    stalled = await reader(feed)
+    stalled.stalled = True
     healthy = await reader(feed)
-    for i in range(20):
+    for i in range(40):
         index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
         await healthy.settle()
-    assert stalled.dropped == "slow"
-    assert task.cancelled()
-    assert len(healthy.changes()) == 20
+    await stalled.task
+    tail = orjson.loads(stalled.raw[-1])
+    assert tail["type"] == "ERROR"
+    assert tail["error"]["code"] == "too_slow"
+    assert len(healthy.changes()) == 41
     sample = feed.metrics.registry.get_sample_value
-    assert sample("slo_api_change_streams_dropped_total", {"reason": "slow"}) == 1
+    assert sample("slo_api_change_streams_dropped_total", {"reason": "too_slow"}) == 1
     await healthy.stop()
 
 
+async def test_the_error_frame_names_only_what_was_written() -> None:
+    feed = make_feed(history_bytes=8000)
+    index = feed.index
+    r = await reader(feed, sse=True)
+    bookmark_id = r.frames[-1][0]
+    assert bookmark_id == feed.revision(feed.head)
+    r.stalled = True
+    for i in range(40):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+        await r.settle()
+    await r.task
+    ident, error = r.frames[-1]
+    assert error["type"] == "ERROR"
+    # The changes it was stuck writing never left: its place is still the bookmark's.
+    assert ident == bookmark_id
+
+
 async def test_more_watchers_than_allowed_are_refused() -> None:
-    feed = make_feed(max_watchers=2)
+    feed = make_feed(max_streams=2)
     a = feed.open("summary", None)
     feed.open("summary", None)
-    with pytest.raises(TooManyWatchers):
+    with pytest.raises(TooManyStreams):
         feed.open("summary", None)
     feed.close(a)
     feed.open("summary", None)
@@ -237,12 +279,9 @@ async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() ->
     feed = make_feed()
     index = feed.index
 
-    async def visible(kind: str, namespace: str) -> bool:
-        return namespace == "mine"
-
     index.upsert(LLM, cr("mine", "x", "chat"))
     index.upsert(LLM, cr("theirs", "y", "secret"))
-    r = await reader(feed, visible=visible)
+    r = await reader(feed, allowed=frozenset({("llm", "mine")}))
     assert r.changes() == [("ADDED", "chat")]
     # Another namespace's CR makes it ambiguous: still visible through ours.
     index.upsert(LLM, cr("theirs", "z", "chat"))
@@ -274,10 +313,21 @@ async def test_sse_frames_carry_the_revision_as_id() -> None:
     feed.index.upsert(LLM, cr("a", "x", "chat"))
     r = await reader(feed, sse=True)
     text = b"".join(r.raw).decode()
+    # A jittered reconnect delay first, so a restarted server's clients come back spread out.
+    retry = text.split("\n\n")[0]
+    assert retry.startswith("retry: ")
+    assert 2000 <= int(retry.removeprefix("retry: ")) <= 4000
     revision = feed.revision(feed.head)
-    assert text.startswith(f"id: {revision}\ndata: ")
-    assert text.endswith("\n\n")
-    assert [e["type"] for e in r.events] == ["ADDED", "BOOKMARK"]
+    # The initial ADDED has no id: an EventSource cut inside the initial state must not
+    # resume from there (it would never get the rest of it).
+    assert r.frames == [
+        (None, {"type": "ADDED", "route": "chat", "object": feed.service.summary("chat")}),
+        (revision, {"type": "BOOKMARK", "revision": revision, "initial": True}),
+    ]
+    feed.index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=2))
+    await r.settle()
+    ident, event = r.frames[-1]
+    assert ident == event["revision"] == feed.revision(feed.head)
     await r.stop()
 
 
