@@ -64,9 +64,7 @@ class Reader:
         if self.stream.sse:
             out = []
             for block in text.split(b"\n\n"):
-                fields = dict(
-                    line.split(b": ", 1) for line in block.split(b"\n") if b": " in line
-                )
+                fields = dict(line.split(b": ", 1) for line in block.split(b"\n") if b": " in line)
                 if b"data" in fields:
                     ident = fields.get(b"id")
                     out.append((ident.decode() if ident else None, orjson.loads(fields[b"data"])))
@@ -370,3 +368,143 @@ async def test_changes_between_opening_and_the_first_write_are_sent_once() -> No
     assert r.events[-1]["type"] == "BOOKMARK"
     assert r.events[-1]["revision"] == feed.revision(feed.head)
     await r.stop()
+
+
+async def test_a_relist_ends_no_caught_up_stream_and_a_churning_route_keeps_one_entry() -> None:
+    # Room for one entry per route of the view, but for nothing like the 110 changes below.
+    feed = make_feed(history_bytes=40 * 1024)
+    index = feed.index
+    objs = [cr("a", f"n{i}", f"r{i}") for i in range(50)]
+    index.replace(LLM, objs)
+    summary = await reader(feed)
+    full = await reader(feed, "full")
+    resume_summary = feed.revision(feed.head)
+    # Every route at once, as a relist delivers it.
+    index.replace(LLM, [cr("a", f"n{i}", f"r{i}", rv=2, priority=1 + i % 10) for i in range(50)])
+    for _ in range(30):
+        index.upsert(LLM, cr("a", "n0", "r0", rv=3, priority=7))
+        index.upsert(LLM, cr("a", "n0", "r0", rv=4, priority=8))
+    await summary.settle()
+    await full.settle()
+    assert summary.stream.ended is None
+    assert full.stream.ended is None
+    assert len(summary.changes()) == 50 + 50
+    # A route changing again and again keeps one entry: a resume from before gets the newest.
+    resumed = await reader(feed, since=resume_summary)
+    assert sorted(resumed.changes()) == sorted(("MODIFIED", f"r{i}") for i in range(50))
+    assert [e["object"]["priority"] for e in resumed.events if e.get("route") == "r0"] == [8]
+    for r in (summary, full, resumed):
+        await r.stop()
+
+
+async def test_one_kinds_churn_does_not_expire_another_kinds_place() -> None:
+    feed = make_feed(history_bytes=6000)
+    index = feed.index
+    index.upsert(JOB, cr("a", "j", "batch", queue={"maxDepth": 1, "promql": "up"}))
+    jobs = await reader(feed, kind="job")
+    everything = await reader(feed)
+    place = jobs.events[-1]["revision"]
+    await jobs.stop()
+    await everything.stop()
+    for i in range(60):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+    with pytest.raises(Expired):
+        feed.open("summary", None, place)
+    index.upsert(
+        JOB, cr("a", "j", "batch", rv=2, priority=4, queue={"maxDepth": 1, "promql": "up"})
+    )
+    resumed = await reader(feed, kind="job", since=place)
+    assert resumed.changes() == [("MODIFIED", "batch")]
+    await resumed.stop()
+
+
+async def test_a_slow_initial_state_is_not_ended_for_the_changes_made_meanwhile() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.replace(LLM, [cr("a", f"n{i}", f"r{i}", queue=None) for i in range(2000)])
+    gate = asyncio.Event()
+    stream = feed.open("full", None)
+    r = Reader(feed, stream)
+    original = r._write
+
+    async def slow(chunk: bytes) -> None:
+        await gate.wait()
+        await original(chunk)
+
+    r._write = slow  # type: ignore[method-assign]
+    await r.settle()
+    for i in range(300):
+        index.upsert(LLM, cr("a", "n1", "r1", rv=2 + i, priority=i % 11))
+    gate.set()
+    await r.settle()
+    while not any(e.get("initial") for e in r.events):
+        await asyncio.sleep(0.01)
+    await r.settle()
+    assert stream.ended is None
+    assert len([e for e in r.events if e["type"] == "ADDED"]) == 2000
+    assert r.events[-1]["object"]["priority"] == 299 % 11
+    await r.stop()
+
+
+async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("theirs", "x", "shared"))
+    index.upsert(POOL, pool("mine", "shared", []))
+    allowed = frozenset({("pool", "mine")})
+    # /config?kind=llm for this caller lists the route: an LLM claims it, and the caller sees
+    # one of its CRs (the pool). The stream lists it too.
+    listed = feed.service.index.routes("llm")
+    assert "shared" in listed
+    r = await reader(feed, kind="llm", allowed=allowed)
+    assert r.changes() == [("ADDED", "shared")]
+    assert r.events[0]["object"]["ambiguous"] is True
+    await r.stop()
+
+
+class Access:
+    def __init__(self, holder: str | None, answers: list[Any]) -> None:
+        self.holder = holder
+        self.answers = answers
+
+    async def allowed(self) -> Allowed | None:
+        answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        result: Allowed | None = answer
+        return result
+
+
+async def test_access_lost_or_changed_ends_the_stream_with_an_error_line() -> None:
+    feed = make_feed(access_seconds=0.01)
+    feed.index.upsert(LLM, cr("mine", "x", "chat"))
+    mine = frozenset({("llm", "mine")})
+    revoked = Access("alice", [mine, ApiError(401, "the token is not valid")])
+    unbound = Access("bob", [mine, ApiError(403, "no list", code="forbidden")])
+    widened = Access("carol", [mine, mine | {("llm", "other")}])
+    steady = Access("dave", [mine])
+    readers = [
+        await reader(feed, access=a, allowed=await a.allowed())
+        for a in (revoked, unbound, widened, steady)
+    ]
+    feed.start()
+    for r in readers[:3]:
+        await asyncio.wait_for(r.task, 5)
+    codes = [orjson.loads(r.raw[-1])["error"]["code"] for r in readers[:3]]
+    assert codes == ["unauthorized", "forbidden", "expired"]
+    assert not readers[3].task.done()
+    await readers[3].stop()
+    await feed.stop()
+
+
+async def test_streams_per_identity_are_capped_and_static_tokens_are_not() -> None:
+    feed = make_feed(streams_per_identity=2)
+    alice = Access("alice", [frozenset()])
+    opened = [feed.open("summary", None, access=alice, allowed=frozenset()) for _ in range(2)]
+    with pytest.raises(TooManyStreams, match="identity"):
+        feed.open("summary", None, access=alice, allowed=frozenset())
+    feed.open("summary", None, access=Access("bob", [frozenset()]), allowed=frozenset())
+    for _ in range(3):
+        feed.open("summary", None, access=Access(None, [None]))
+    feed.close(opened[0])
+    feed.open("summary", None, access=alice, allowed=frozenset())
