@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     )
     watch_history_bytes: int = Field(
         64 * 1024 * 1024,
-        ge=64 * 1024,
+        ge=4096,
         description="Bytes of changes kept, per view and kind being watched, for streams that "
         "fall behind and for resuming with `since`.",
     )
