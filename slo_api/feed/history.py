@@ -5,11 +5,9 @@ items in each view someone watches, compares them with what it last published, a
 the real differences, each with the next sequence number.
 
 Retention is per (view, kind) someone watches, so one view's or kind's churn never expires
-another's positions, and bounded in bytes. A route keeps only its newest entry in a history:
-a stream or a resume from before it gets the newest item (events carry whole items, so the
-client converges), and a route that changes every second costs one entry, not thousands.
-An entry is dropped only when its history is over its byte bound; a live stream that had not
-yet written it is then ended (it falls behind more than the bound), never one that had.
+another's positions, and bounded in bytes. An entry is dropped only when its history is over
+its byte bound; a live stream that had not yet written it is then ended (it fell further
+behind than the bound), never one that had.
 
 A revision is `<epoch>.<sequence>`: the epoch is random per process, so a revision from another
 process (or an earlier run of this one) is refused like one older than the history.
@@ -59,7 +57,6 @@ class Change:
     after: bytes | None
     owners_before: Owners
     owners_after: Owners
-    superseded: bool = False
     frames: dict[tuple[str, bool], bytes] = field(default_factory=dict)
 
     def frame(self, type_: str, sse: bool, revision: Callable[[int], bytes]) -> bytes:
@@ -99,65 +96,49 @@ class History:
         self.budget = budget
         self.changes: list[Change] = []
         self._seqs: list[int] = []
-        self._latest: dict[str, Change] = {}
-        self.superseded = 0
+        self._start = 0  # changes[:_start] are dropped (removed in bulk, so trimming is O(1))
         self.bytes = 0
         # A cursor at or after the floor can resume: nothing after it was dropped.
         self.floor = floor
-        self.head = floor
+
+    def __len__(self) -> int:
+        return len(self.changes) - self._start
 
     def append(self, change: Change) -> None:
-        old = self._latest.get(change.route)
-        if old is not None:
-            old.superseded = True
-            self.superseded += 1
-            self.bytes -= old.size
-        self._latest[change.route] = change
         self.changes.append(change)
         self._seqs.append(change.seq)
         self.bytes += change.size
-        self.head = change.seq
 
     def trim(self) -> int:
-        """Drop the oldest entries while over budget (and superseded ones in bulk);
-        returns the floor: a stream whose cursor is below it has lost an entry it needed."""
-        drop = 0
-        while self.bytes > self.budget and drop < len(self.changes):
-            change = self.changes[drop]
-            drop += 1
-            if change.superseded:
-                self.superseded -= 1
-                continue
+        """Drop the oldest entries while over budget; returns the floor: a stream whose
+        cursor is below it has lost an entry it needed."""
+        changes, start = self.changes, self._start
+        while self.bytes > self.budget and start < len(changes):
+            change = changes[start]
+            start += 1
             self.bytes -= change.size
-            del self._latest[change.route]
             self.floor = change.seq
-        if drop:
-            del self.changes[:drop]
-            del self._seqs[:drop]
-        if self.superseded > len(self.changes) // 2 + 64:
-            # Compacted in one pass when half are stale, so appending stays amortised O(1).
-            self.changes = [c for c in self.changes if not c.superseded]
-            self._seqs = [c.seq for c in self.changes]
-            self.superseded = 0
+        if start > 1024 and start > len(changes) // 2:
+            del changes[:start]
+            del self._seqs[:start]
+            start = 0
+        self._start = start
         return self.floor
 
     def after(self, cursor: int, limit: int) -> tuple[list[Change], int, bool]:
-        """Live entries after `cursor`, about `limit` bytes of them, the sequence read to,
-        and whether that was all there is."""
-        at = bisect.bisect_right(self._seqs, cursor)
+        """Entries after `cursor`, about `limit` bytes of them, the sequence read to, and
+        whether that was all there is."""
+        at = max(bisect.bisect_right(self._seqs, cursor), self._start)
         out: list[Change] = []
         taken = 0
-        upto = cursor
-        for i in range(at, len(self.changes)):
-            change = self.changes[i]
-            upto = change.seq
-            if change.superseded:
-                continue
+        changes = self.changes
+        for i in range(at, len(changes)):
+            change = changes[i]
             out.append(change)
             taken += change.size
             if taken >= limit:
-                return out, upto, i == len(self.changes) - 1
-        return out, upto, True
+                return out, change.seq, i == len(changes) - 1
+        return out, cursor, True
 
 
 class ChangeLog:
