@@ -256,7 +256,7 @@ async def list_routes(
     since: Annotated[
         str | None,
         Query(
-            max_length=64,
+            max_length=1024,
             description="With watch: resume after this revision (from an event or bookmark).",
         ),
     ] = None,
@@ -264,14 +264,14 @@ async def list_routes(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
     last_event_id: Annotated[
         str | None,
-        Header(alias="Last-Event-ID", max_length=64, description="SSE's resume: as since."),
+        Header(alias="Last-Event-ID", max_length=1024, description="SSE's resume: as since."),
     ] = None,
 ) -> Response:
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
     if watch:
         access = _StreamAccess(rt, caller, request)
-        return open_stream(
+        return await open_stream(
             rt.feed,
             view=view,
             kind=kind,

@@ -29,7 +29,7 @@ RETRY_AFTER_SECONDS = 10
 FINAL_WRITE_SECONDS = 1.0
 
 
-def open_stream(
+async def open_stream(
     feed: Feed,
     *,
     view: str,
@@ -44,6 +44,8 @@ def open_stream(
     sse = framing.wants_sse(accept)
     if since is None and sse and last_event_id:
         since = last_event_id
+    if since is not None:
+        await feed.settle(since)
     try:
         stream = feed.open(view, kind, since, sse=sse, access=access, allowed=allowed)
     except Expired as exc:

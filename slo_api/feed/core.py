@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
-from slo_api.feed.history import Allowed, ChangeLog, Expired, History, shown
+from slo_api.feed.history import VIEWS, Allowed, ChangeLog, Expired, History, shown
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
 from slo_api.service import Service
@@ -26,6 +26,9 @@ from slo_api.service import Service
 log = logging.getLogger("slo_api.feed")
 
 FLUSH_SECONDS = 0.1
+# A resume from another replica that is ahead of this one's informers waits this long at
+# most for them to catch up (it then goes on: what they bring later follows anyway).
+RESUME_WAIT_SECONDS = 3.0
 # After SIGTERM, how long a stream may take to write what it has before it is cut: a client
 # that stopped reading must not hold the process past its grace period.
 STOP_WRITE_SECONDS = 2.0
@@ -61,6 +64,10 @@ class Feed:
         self.bookmark_seconds = bookmark_seconds
         self.access_seconds = access_seconds
         self.closing = False
+        # Every view is followed from the start, so a stream moved here from another replica
+        # finds the history it resumes in.
+        for view in VIEWS:
+            self.log.history(view, None)
         self._tasks: list[asyncio.Task[None]] = []
         self._force: asyncio.TimerHandle | None = None
 
@@ -144,16 +151,37 @@ class Feed:
         """Register a stream; raises Closing, TooManyStreams or Expired."""
         if self.closing:
             raise Closing("the server is shutting down")
+        if view not in VIEWS:
+            raise ValueError(f"unknown view {view!r}")
         if since is not None and (view, kind) not in self.log.histories:
-            # Nobody watched this view and kind before: no place in it was ever handed out.
-            raise Expired(f"revision {since!r} is older than the history kept")
-        history = self.log.history(view, kind)
+            # Nobody here watched this kind alone: resume in the view's history, filtered.
+            history = self.log.history(view, None)
+        else:
+            history = self.log.history(view, kind)
         cursor = self.log.seq if since is None else self.log.parse(since, history)
-        stream = Stream(history, sse, cursor, access, allowed, initial=since is None)
+        stream = Stream(history, kind, sse, cursor, access, allowed, initial=since is None)
         stream.bookmarks = self.flusher.round
         self.registry.add(stream)
         self.metrics.watchers.set(len(self.registry))
         return stream
+
+    async def settle(self, since: str) -> None:
+        """Before resuming from another replica's revision: give this one's informers a
+        moment to reach the versions it names."""
+        try:
+            versions = self.log.versions(since)
+        except Expired:
+            return  # open() says so
+        if not versions:
+            return
+        positions = self.index.positions
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESUME_WAIT_SECONDS
+        while any(positions.get(s, -1) < v for s, v in versions.items()):
+            if loop.time() > deadline:
+                log.info("resuming a change stream before this replica caught up with it")
+                return
+            await asyncio.sleep(0.05)
 
     def close(self, stream: Stream) -> None:
         self.registry.discard(stream)

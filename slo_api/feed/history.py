@@ -9,24 +9,35 @@ another's positions, and bounded in bytes. An entry is dropped only when its his
 its byte bound; a live stream that had not yet written it is then ended (it fell further
 behind than the bound), never one that had.
 
-A revision is `<epoch>.<sequence>`: the epoch is random per process, so a revision from another
-process (or an earlier run of this one) is refused like one older than the history.
+A revision names a point in the cluster's history: the resourceVersion each informer (kind,
+API group, and namespace when namespaces are scoped) had reached, with this process's epoch
+and sequence beside it, base64 of a small binary encoding. This process resumes from its own
+sequence exactly. Another replica (or this one after a restart) resumes from the versions:
+it replays every change it recorded from a version the revision had not reached (the same
+change may come twice: events carry whole items, so the client converges), and answers 410
+when its history does not reach back that far, which after a restart it never does for a
+kind that changed meanwhile: it only knows the cluster from its first list on.
 """
 
 from __future__ import annotations
 
+import base64
 import bisect
+import hashlib
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from slo_api.feed import framing
+from slo_api.index import Source
 from slo_api.service import Service
 
 VIEWS = ("summary", "full")
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
 Allowed = frozenset[tuple[str, str]]  # (kind name, namespace) pairs a caller may list
+Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
+NOWHERE: Source = ("", "", "")
 # Measured bytes a history entry costs beside its item (the Change, its list slot and its
 # dictionary entry; see tests/unit/test_feed.py); its encoded frames are counted as made.
 ENTRY_OVERHEAD = 400
@@ -57,6 +68,9 @@ class Change:
     after: bytes | None
     owners_before: Owners
     owners_after: Owners
+    # What caused it: the informer and resourceVersion (a relist's: the list's version).
+    source: Source = NOWHERE
+    rv: int = 0
     frames: dict[tuple[str, bool], bytes] = field(default_factory=dict)
 
     def frame(self, type_: str, sse: bool, revision: Callable[[int], bytes]) -> bytes:
@@ -100,9 +114,14 @@ class History:
         self.bytes = 0
         # A cursor at or after the floor can resume: nothing after it was dropped.
         self.floor = floor
+        # The same in versions, per informer: what a revision from elsewhere must have reached.
+        self.floor_rv: dict[Source, int] = {}
 
     def __len__(self) -> int:
         return len(self.changes) - self._start
+
+    def live(self) -> list[Change]:
+        return self.changes[self._start :]
 
     def append(self, change: Change) -> None:
         self.changes.append(change)
@@ -118,6 +137,8 @@ class History:
             start += 1
             self.bytes -= change.size
             self.floor = change.seq
+            if change.rv > self.floor_rv.get(change.source, 0):
+                self.floor_rv[change.source] = change.rv
         if start > 1024 and start > len(changes) // 2:
             del changes[:start]
             del self._seqs[:start]
@@ -146,8 +167,11 @@ class ChangeLog:
         self.service = service
         self.index = service.index
         self.budget = budget
-        self.epoch = secrets.token_hex(4)
+        self._epoch = secrets.token_bytes(4)
         self.seq = 0
+        # One per publication: (its last sequence, the informers' versions after it, its cause).
+        self._marks: list[tuple[int, Vector, Source, int, frozenset[int]]] = []
+        self._mark_seqs: list[int] = []
         self.histories: dict[tuple[str, str | None], History] = {}
         # What was last published, per view anyone has watched: route -> /config item.
         self._last: dict[str, dict[str, bytes]] = {}
@@ -160,21 +184,85 @@ class ChangeLog:
 
     # -- revisions -------------------------------------------------------------------------
 
+    def vector(self, seq: int) -> Vector:
+        """Where the informers were once the changes up to `seq`, and no later one, were
+        published: a change published before others of its view in the same go stands one
+        version before their cause (a stream cut there has not written the others)."""
+        positions = self.index.positions
+        if seq >= self.seq:
+            return tuple(sorted(positions.items()))
+        at = bisect.bisect_left(self._mark_seqs, seq)
+        if at == len(self._marks):
+            return tuple(sorted(positions.items()))
+        _, after, source, rv, lasts = self._marks[at]
+        if seq in lasts or source == NOWHERE:
+            return after
+        return tuple((s, rv - 1 if s == source else v) for s, v in after)
+
     def revision(self, seq: int) -> str:
-        return f"{self.epoch}.{seq}"
+        vector = self.vector(seq)
+        payload = bytearray(self._epoch)
+        _varint(payload, seq)
+        payload += _digest(s for s, _ in vector)
+        for _, value in vector:
+            _varint(payload, value)
+        return base64.urlsafe_b64encode(bytes(payload)).rstrip(b"=").decode()
 
     def position(self, seq: int) -> bytes:
-        return b"%b.%d" % (self.epoch.encode(), seq)
+        return self.revision(seq).encode()
+
+    def _decode(self, revision: str) -> tuple[bytes, int, bytes, list[int]]:
+        try:
+            text = revision.strip()
+            payload = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            epoch, at = payload[:4], 4
+            seq, at = _unvarint(payload, at)
+            digest, at = payload[at : at + 4], at + 4
+            values = []
+            while at < len(payload):
+                value, at = _unvarint(payload, at)
+                values.append(value)
+        except (ValueError, IndexError):
+            raise Expired(f"revision {revision!r} is not one this server gave out") from None
+        if len(epoch) != 4 or len(digest) != 4:
+            raise Expired(f"revision {revision!r} is not one this server gave out")
+        return epoch, seq, digest, values
+
+    def sequence(self, revision: str) -> int:
+        """The sequence in the process that gave the revision out."""
+        return self._decode(revision)[1]
+
+    def versions(self, revision: str) -> dict[Source, int] | None:
+        """The informers' versions a revision from another process names; None for one of
+        this process's own."""
+        epoch, _, digest, values = self._decode(revision)
+        if epoch == self._epoch:
+            return None
+        mine = sorted(self.index.positions)
+        if digest != _digest(mine) or len(values) != len(mine):
+            raise Expired(f"revision {revision!r} is from a server that follows other resources")
+        return dict(zip(mine, values, strict=True))
 
     def parse(self, revision: str, history: History) -> int:
         """The sequence a resume in `history` may start after, or Expired."""
-        epoch, _, number = revision.strip().partition(".")
-        if epoch != self.epoch or not number.isdigit() or int(number) > self.seq:
-            raise Expired(f"revision {revision!r} is not from this server process")
-        seq = int(number)
-        if seq < history.floor:
-            raise Expired(f"revision {revision!r} is older than the history kept")
-        return seq
+        versions = self.versions(revision)
+        if versions is None:
+            seq = self.sequence(revision)
+            if seq > self.seq:
+                raise Expired(f"revision {revision!r} is not from this server process")
+            if seq < history.floor:
+                raise Expired(f"revision {revision!r} is older than the history kept")
+            return seq
+        first = self.index.first_positions
+        for source in versions:
+            # Nothing before an informer's first list is known here (a restart, a new replica).
+            floor = max(history.floor_rv.get(source, 0), first.get(source, 0))
+            if versions[source] < floor:
+                raise Expired(f"revision {revision!r} is older than the history kept")
+        for change in history.live():
+            if change.rv > versions.get(change.source, -1):
+                return change.seq - 1
+        return self.seq
 
     # -- following -------------------------------------------------------------------------
 
@@ -184,6 +272,8 @@ class ChangeLog:
         if found is None:
             self._activate(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
+            found.floor_rv = dict(self.index.positions)
+            self._mark(NOWHERE, 0, frozenset())
         return found
 
     def _activate(self, view: str) -> None:
@@ -224,6 +314,9 @@ class ChangeLog:
             return  # nobody has watched yet: nothing to compare or to tell
         touched: dict[tuple[str, str | None], History] = {}
         line = self.service.line
+        source, rv = self.index.cause or (NOWHERE, 0)
+        start = self.seq
+        lasts: dict[str, int] = {}  # the last change of each view in this publication
         for route in sorted(routes):
             owners = self._owners_of(route)
             old_owners = self._owners.get(route, ())
@@ -245,15 +338,58 @@ class ChangeLog:
                     if frames is not None:
                         frames.pop(route, None)
                 self.seq += 1
-                change = Change(self.seq, route, before, after, old_owners, owners)
+                lasts[view] = self.seq
+                change = Change(self.seq, route, before, after, old_owners, owners, source, rv)
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
                     if history is not None:
                         history.append(change)
                         touched[(view, kind)] = history
+        if self.seq != start:
+            self._mark(source, rv, frozenset(lasts.values()))
         if touched:
             for listener in self.listeners:
                 listener(list(touched.values()))
+
+    def _mark(self, source: Source, rv: int, lasts: frozenset[int]) -> None:
+        vector = tuple(sorted(self.index.positions.items()))
+        self._marks.append((self.seq, vector, source, rv, lasts))
+        self._mark_seqs.append(self.seq)
+        if len(self._marks) > 4096 and self.histories:
+            # Marks older than every history's floor can no longer be asked for.
+            floor = min(h.floor for h in self.histories.values())
+            drop = bisect.bisect_left(self._mark_seqs, floor)
+            if drop > len(self._marks) // 2:
+                del self._marks[:drop]
+                del self._mark_seqs[:drop]
+
+
+def _varint(out: bytearray, value: int) -> None:
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return
+
+
+def _unvarint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _digest(sources: Iterable[Source]) -> bytes:
+    """Which informers a revision's versions belong to, in order (replicas must agree)."""
+    names = "\n".join("/".join(source) for source in sources)
+    return hashlib.blake2b(names.encode(), digest_size=4).digest()
 
 
 def _kinds_of(before: Owners, after: Owners) -> Iterable[str | None]:

@@ -45,6 +45,7 @@ class Stream:
     def __init__(
         self,
         history: History,
+        kind: str | None,
         sse: bool,
         cursor: int,
         access: StreamAccess | None,
@@ -53,7 +54,9 @@ class Stream:
     ) -> None:
         self.history = history
         self.view = history.view
-        self.kind = history.kind
+        # Usually the history's kind; a resume of a kind this replica never followed alone
+        # reads the view's history, filtered.
+        self.kind = kind
         self.sse = sse
         self.access = access
         self.allowed = allowed

@@ -202,7 +202,7 @@ async def test_a_watcher_resuming_with_since_through_churn_ends_with_what_config
                             last_revision = event["revision"]
                         continue
                     if resumable:
-                        seq = int(event["revision"].split(".")[1])
+                        seq = service.runtime.feed.log.sequence(event["revision"])
                         assert seq > last_seq, f"repeated or out of order: {event}"
                         last_seq = seq
                         last_revision = event["revision"]

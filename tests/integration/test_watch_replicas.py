@@ -1,0 +1,162 @@
+"""Change-stream revisions mean the same on every replica (two slo-api processes on one
+control plane), and nothing partial survives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controlplane.admin import Admin
+from tests.integration import crs
+from tests.integration.process import TOKEN, Process, start_process
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+LLM = (crs.SLO, "LLMSLORequirement")
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+WITHIN = 30.0
+
+
+@contextlib.asynccontextmanager
+async def processes(kubeconfig: Path, tmp: Path, count: int) -> AsyncIterator[list[Process]]:
+    started: list[Process] = []
+    try:
+        for i in range(count):
+            (tmp / str(i)).mkdir()
+            started.append(await start_process(kubeconfig, tmp / str(i)))
+        yield started
+    finally:
+        for process in started:
+            if process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(process.proc.wait, 30)
+
+
+async def config_items(client: httpx.AsyncClient) -> dict[str, Obj]:
+    items: dict[str, Obj] = {}
+    page = 1
+    while True:
+        body = (await client.get("/config", params={"page": page, "pageSize": 200})).json()
+        items.update({item["route"]: item for item in body["items"]})
+        if page * 200 >= body["total"]:
+            return items
+        page += 1
+
+
+def apply(state: dict[str, Obj], event: Obj) -> None:
+    # At-least-once after a move: an event may repeat what the client already has.
+    if event["type"] in ("ADDED", "MODIFIED"):
+        state[event["route"]] = event["object"]
+    elif event["type"] == "DELETED":
+        state.pop(event["route"], None)
+
+
+async def lines(response: httpx.Response) -> AsyncIterator[Obj]:
+    async for line in response.aiter_lines():
+        if line:
+            yield json.loads(line)
+
+
+async def test_a_stream_moved_to_another_replica_ends_equal_to_config(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    for i in range(4):
+        admin.create(crs.llm(namespace, f"mv{i}", service_id=f"mv{i}-{namespace}"))
+    async with (
+        processes(slo_api_kubeconfig, tmp_path, 2) as (one, two),
+        httpx.AsyncClient(base_url=one.url, headers=AUTH, timeout=WITHIN) as a,
+        httpx.AsyncClient(base_url=two.url, headers=AUTH, timeout=WITHIN) as b,
+    ):
+        state: dict[str, Obj] = {}
+        revision = None
+        async with a.stream("GET", "/config", params={"watch": "true"}) as response:
+            events = lines(response)
+            async with asyncio.timeout(WITHIN):
+                async for event in events:
+                    if event["type"] == "BOOKMARK" and event.get("initial"):
+                        revision = event["revision"]
+                        break
+                    apply(state, event)
+            await asyncio.to_thread(
+                admin.merge_patch, *LLM, namespace, "mv0", {"spec": {"priority": 5}}
+            )
+            async with asyncio.timeout(WITHIN):
+                async for event in events:
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    apply(state, event)
+                    revision = event["revision"]
+                    if event["route"] == f"mv0-{namespace}":
+                        break
+        # The client moves to the other replica; the routes change meanwhile.
+        await asyncio.to_thread(
+            admin.merge_patch, *LLM, namespace, "mv1", {"spec": {"priority": 7}}
+        )
+        await asyncio.to_thread(admin.delete, *LLM, namespace, "mv2")
+        await asyncio.to_thread(
+            admin.create, crs.llm(namespace, "mv9", service_id=f"mv9-{namespace}")
+        )
+        expected_routes = {f"mv{i}-{namespace}" for i in (0, 1, 3, 9)}
+
+        async def settled() -> dict[str, Obj]:
+            while True:
+                items = await config_items(b)
+                mine = {r for r in items if r.endswith(namespace) and r.startswith("mv")}
+                if mine == expected_routes and items[f"mv1-{namespace}"]["priority"] == 7:
+                    return items
+                await asyncio.sleep(0.1)
+
+        async with asyncio.timeout(WITHIN):
+            expected = await settled()
+        assert revision is not None
+        async with b.stream(
+            "GET", "/config", params={"watch": "true", "since": revision}
+        ) as response:
+            assert response.status_code == 200, await response.aread()
+            async with asyncio.timeout(WITHIN):
+                async for event in lines(response):
+                    assert not event.get("initial"), "a resume, not a new initial state"
+                    assert event["type"] != "ERROR", event
+                    apply(state, event)
+                    if state == expected:
+                        break
+        assert state == expected
+
+
+async def test_a_resume_after_a_restart_is_410_and_nothing_partial(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    admin.create(crs.llm(namespace, "rs", service_id=f"rs-{namespace}"))
+    (tmp_path / "first").mkdir()
+    first = await start_process(slo_api_kubeconfig, tmp_path / "first")
+    try:
+        async with (
+            httpx.AsyncClient(base_url=first.url, headers=AUTH, timeout=WITHIN) as client,
+            client.stream("GET", "/config", params={"watch": "true"}) as response,
+        ):
+            async with asyncio.timeout(WITHIN):
+                async for event in lines(response):
+                    if event["type"] == "BOOKMARK" and event.get("initial"):
+                        revision = event["revision"]
+                        break
+    finally:
+        first.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(first.proc.wait, 30)
+    # A route goes away while no replica runs.
+    await asyncio.to_thread(admin.delete, *LLM, namespace, "rs")
+    async with (
+        processes(slo_api_kubeconfig, tmp_path, 1) as (second,),
+        httpx.AsyncClient(base_url=second.url, headers=AUTH, timeout=WITHIN) as client,
+    ):
+        gone = await client.get("/config", params={"watch": "true", "since": revision})
+        assert gone.status_code == 410, gone.text
+        assert gone.json()["error"]["code"] == "expired"
