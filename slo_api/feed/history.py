@@ -38,9 +38,14 @@ Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claimi
 Allowed = frozenset[tuple[str, str]]  # (kind name, namespace) pairs a caller may list
 Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
 NOWHERE: Source = ("", "", "")
-# Measured bytes a history entry costs beside its item (the Change, its list slot and its
-# dictionary entry; see tests/unit/test_feed.py); its encoded frames are counted as made.
-ENTRY_OVERHEAD = 400
+# Routes per cached block of an initial state: a new stream's initial state is a join of
+# blocks, each rebuilt only when one of its routes changes.
+BLOCK = 1024
+Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
+# Measured bytes a history entry costs beside its item (the Change, its owners, its list
+# slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
+# framed copy of it (what streams of one format make of it).
+ENTRY_OVERHEAD = 250
 
 
 def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
@@ -98,7 +103,8 @@ class Change:
 
     @property
     def size(self) -> int:
-        return ENTRY_OVERHEAD + len(self.after if self.after is not None else self.before or b"")
+        item = self.after if self.after is not None else self.before or b""
+        return ENTRY_OVERHEAD + 2 * len(item)
 
 
 class History:
@@ -179,6 +185,10 @@ class ChangeLog:
         # Each route's initial-state frame (an ADDED without a position), by view and format,
         # kept until the route next changes: an initial state is a join of these.
         self._initial: dict[tuple[str, bool], dict[str, bytes]] = {}
+        # The same joined by blocks of consecutive routes, for streams that see every route;
+        # and which block each route is in, to drop it when the route changes.
+        self._blocks: dict[tuple[str, bool], dict[tuple[str, str, int], Block]] = {}
+        self._block_of: dict[tuple[str, bool], dict[str, tuple[str, str, int]]] = {}
         self.listeners: list[Callable[[list[History]], None]] = []
         self.index.subscribe(self._changed)
 
@@ -308,6 +318,40 @@ class ChangeLog:
             )
         return encoded
 
+    def block(self, view: str, sse: bool, routes: list[str]) -> tuple[bytes, int]:
+        """The ADDED frames of `routes` (consecutive in the sorted list), joined."""
+        key = (routes[0], routes[-1], len(routes))
+        blocks = self._blocks.setdefault((view, sse), {})
+        found = blocks.get(key)
+        if found is not None and found[0] == routes:
+            return found[1], found[2]
+        last = self._last[view]
+        frame, line = framing.frame, framing.change_line
+        frames = [
+            frame(line("ADDED", route, last[route], None), None, sse)
+            for route in routes
+            if route in last
+        ]
+        data = b"".join(frames)
+        blocks[key] = (routes, data, len(frames))
+        owner = self._block_of.setdefault((view, sse), {})
+        for route in routes:
+            old = owner.get(route)
+            if old is not None and old != key:
+                blocks.pop(old, None)  # routes moved along (some added or removed before)
+            owner[route] = key
+        return data, len(frames)
+
+    def _forget_frames(self, view: str, route: str) -> None:
+        for sse in (False, True):
+            frames = self._initial.get((view, sse))
+            if frames is not None:
+                frames.pop(route, None)
+            owner = self._block_of.get((view, sse))
+            key = owner.pop(route, None) if owner is not None else None
+            if key is not None:
+                self._blocks[(view, sse)].pop(key, None)
+
     def _changed(self, routes: set[str]) -> None:
         """The index listener: record what really changed on the touched routes."""
         if not self._last:
@@ -333,10 +377,7 @@ class ChangeLog:
                     last.pop(route, None)
                 else:
                     last[route] = after
-                for sse in (False, True):
-                    frames = self._initial.get((view, sse))
-                    if frames is not None:
-                        frames.pop(route, None)
+                self._forget_frames(view, route)
                 self.seq += 1
                 lasts[view] = self.seq
                 change = Change(self.seq, route, before, after, old_owners, owners, source, rv)

@@ -575,3 +575,27 @@ async def test_a_position_inside_one_publication_names_the_version_before_it() -
     on_b = await reader(b, since=first)
     assert sorted(on_b.changes()) == [("ADDED", "r0"), ("ADDED", "r1"), ("ADDED", "r2")]
     await on_b.stop()
+
+
+async def test_a_new_streams_initial_state_is_current_though_it_is_joined_from_cached_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slo_api.feed.core.BLOCK", 2)
+    feed = make_feed()
+    index = feed.index
+    for i in range(5):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+
+    async def initial_items() -> dict[str, int]:
+        r = await reader(feed)
+        items = {e["route"]: e["object"]["priority"] for e in r.events if e["type"] == "ADDED"}
+        await r.stop()
+        return items
+
+    assert await initial_items() == {f"r{i}": 0 for i in range(5)}
+    index.upsert(LLM, cr("a", "n3", "r3", rv=2, priority=6))
+    index.upsert(LLM, cr("a", "n9", "r15"))  # shifts the routes after it into other blocks
+    index.delete(LLM, cr("a", "n0", "r0"))
+    expected = {"r1": 0, "r15": 0, "r2": 0, "r3": 6, "r4": 0}
+    assert await initial_items() == expected
+    assert await initial_items() == expected  # from the cache this time
