@@ -21,10 +21,13 @@ kind that changed meanwhile: it only knows the cluster from its first list on.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import hashlib
+import itertools
 import secrets
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -41,6 +44,7 @@ NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
 # blocks, each rebuilt only when one of its routes changes.
 BLOCK = 1024
+CHUNK = 500  # routes compared per turn of the event loop
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Measured bytes a history entry costs beside its item (the Change, its owners, its list
 # slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
@@ -176,7 +180,12 @@ class ChangeLog:
         self._epoch = secrets.token_bytes(4)
         self.seq = 0
         # One per publication: (its last sequence, the informers' versions after it, its cause).
-        self._marks: list[tuple[int, Vector, Source, int, frozenset[int]]] = []
+        self._marks: list[tuple[int, Vector, Vector, frozenset[int]]] = []
+        # Routes touched and not yet compared, with what touched them (in order).
+        self._pending: dict[str, tuple[Source, int]] = {}
+        self._pending_count: Counter[Source] = Counter()
+        self._pending_floor: dict[Source, int] = {}
+        self._scheduled = False
         self._mark_seqs: list[int] = []
         self.histories: dict[tuple[str, str | None], History] = {}
         # What was last published, per view anyone has watched: route -> /config item.
@@ -198,16 +207,13 @@ class ChangeLog:
         """Where the informers were once the changes up to `seq`, and no later one, were
         published: a change published before others of its view in the same go stands one
         version before their cause (a stream cut there has not written the others)."""
-        positions = self.index.positions
         if seq >= self.seq:
-            return tuple(sorted(positions.items()))
+            return self._positions()
         at = bisect.bisect_left(self._mark_seqs, seq)
         if at == len(self._marks):
-            return tuple(sorted(positions.items()))
-        _, after, source, rv, lasts = self._marks[at]
-        if seq in lasts or source == NOWHERE:
-            return after
-        return tuple((s, rv - 1 if s == source else v) for s, v in after)
+            return self._positions()
+        _, after, inside, lasts = self._marks[at]
+        return after if seq in lasts else inside
 
     def revision(self, seq: int) -> str:
         vector = self.vector(seq)
@@ -283,7 +289,7 @@ class ChangeLog:
             self._activate(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
             found.floor_rv = dict(self.index.positions)
-            self._mark(NOWHERE, 0, frozenset())
+            self._mark(frozenset(), {})
         return found
 
     def _activate(self, view: str) -> None:
@@ -300,6 +306,9 @@ class ChangeLog:
         kinds = self.service.kinds
         # claimed_in, not claims: the index keeps CRs encoded, and only namespaces are needed.
         return tuple((kinds[plural].name, ns) for plural, ns in self.index.claimed_in(route))
+
+    def published(self, view: str) -> dict[str, bytes]:
+        return self._last[view]
 
     def owners(self, route: str) -> Owners:
         return self._owners.get(route, ())
@@ -353,15 +362,54 @@ class ChangeLog:
                 self._blocks[(view, sse)].pop(key, None)
 
     def _changed(self, routes: set[str]) -> None:
-        """The index listener: record what really changed on the touched routes."""
+        """The index listener: note the touched routes, and what touched them.
+
+        They are compared and recorded `CHUNK` at a time, one chunk per turn of the event
+        loop: a relist that touches every route does not stall the loop for all of them.
+        """
         if not self._last:
             return  # nobody has watched yet: nothing to compare or to tell
+        cause = self.index.cause or (NOWHERE, 0)
+        pending, count = self._pending, self._pending_count
+        for route in routes:
+            old = pending.pop(route, None)
+            if old is not None:
+                count[old[0]] -= 1
+            pending[route] = cause
+        count[cause[0]] += len(routes)
+        self._pending_floor.setdefault(cause[0], cause[1])
+        if not self._scheduled:
+            self._publish()
+
+    def _publish(self) -> None:
+        self._scheduled = False
+        pending = self._pending
+        chunk = list(itertools.islice(pending.items(), CHUNK))
+        for route, _ in chunk:
+            del pending[route]
+        self._record(sorted(chunk))
+        if pending:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # outside a loop (a test, a tool): all of it now
+                while pending:
+                    self._publish()
+                return
+            self._scheduled = True
+            loop.call_soon(self._publish)
+
+    def _record(self, chunk: list[tuple[str, tuple[Source, int]]]) -> None:
         touched: dict[tuple[str, str | None], History] = {}
         line = self.service.line
-        source, rv = self.index.cause or (NOWHERE, 0)
         start = self.seq
-        lasts: dict[str, int] = {}  # the last change of each view in this publication
-        for route in sorted(routes):
+        lasts: dict[str, int] = {}  # the last change of each view in this chunk
+        lowest: dict[Source, int] = {}  # each cause's version, the lowest per informer
+        count = self._pending_count
+        for route, (source, rv) in chunk:
+            count[source] -= 1
+            if count[source] <= 0:
+                del count[source]
+                self._pending_floor.pop(source, None)
             owners = self._owners_of(route)
             old_owners = self._owners.get(route, ())
             if owners:
@@ -380,6 +428,8 @@ class ChangeLog:
                 self._forget_frames(view, route)
                 self.seq += 1
                 lasts[view] = self.seq
+                if rv < lowest.get(source, rv + 1):
+                    lowest[source] = rv
                 change = Change(self.seq, route, before, after, old_owners, owners, source, rv)
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
@@ -387,14 +437,28 @@ class ChangeLog:
                         history.append(change)
                         touched[(view, kind)] = history
         if self.seq != start:
-            self._mark(source, rv, frozenset(lasts.values()))
+            self._mark(frozenset(lasts.values()), lowest)
         if touched:
             for listener in self.listeners:
                 listener(list(touched.values()))
 
-    def _mark(self, source: Source, rv: int, lasts: frozenset[int]) -> None:
-        vector = tuple(sorted(self.index.positions.items()))
-        self._marks.append((self.seq, vector, source, rv, lasts))
+    def _positions(self) -> Vector:
+        """The informers' versions, less what is still waiting to be recorded: an informer
+        with changes pending stands before the first of them."""
+        floor = self._pending_floor
+        return tuple(
+            sorted(
+                (s, min(v, floor[s] - 1) if s in floor else v)
+                for s, v in self.index.positions.items()
+            )
+        )
+
+    def _mark(self, lasts: frozenset[int], lowest: dict[Source, int]) -> None:
+        # A position inside the chunk (not the last of its view) stands before every cause
+        # the chunk holds: a stream cut there has not written the rest.
+        vector = self._positions()
+        inside = tuple((s, min(v, lowest[s] - 1) if s in lowest else v) for s, v in vector)
+        self._marks.append((self.seq, vector, inside, lasts))
         self._mark_seqs.append(self.seq)
         if len(self._marks) > 4096 and self.histories:
             # Marks older than every history's floor can no longer be asked for.
