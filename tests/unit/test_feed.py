@@ -599,3 +599,23 @@ async def test_a_new_streams_initial_state_is_current_though_it_is_joined_from_c
     expected = {"r1": 0, "r15": 0, "r2": 0, "r3": 6, "r4": 0}
     assert await initial_items() == expected
     assert await initial_items() == expected  # from the cache this time
+
+
+async def test_a_position_given_while_a_relist_is_still_recorded_stands_before_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slo_api.feed.history.CHUNK", 2)
+    a, b = make_feed(), make_feed()
+    listed([a, b], [], 10)
+    objs = [cr("a", f"n{i}", f"r{i}", rv=11 + i) for i in range(6)]
+    listed([b], objs, 20)
+    # a records the relist two routes per turn of the loop; a stream reads it as it goes.
+    for feed in [a]:
+        feed.index.reached(LLM, GROUP, None, "20")
+        feed.index.replace(LLM, objs, GROUP)
+    assert a.log._pending  # the rest is still to be recorded
+    early = a.revision(a.head)
+    on_b = await reader(b, since=early)
+    # Everything of the relist that a had not recorded yet comes from b.
+    assert {route for _, route in on_b.changes()} >= {f"r{i}" for i in range(2, 6)}
+    await on_b.stop()
