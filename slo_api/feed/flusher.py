@@ -18,6 +18,7 @@ from slo_api.feed.registry import Stream
 # Most bytes per write: what a stream holds beyond the history's shared bytes is one write.
 WRITE_BYTES = 256 * 1024
 BATCHES = 256  # shared batches kept
+BatchKey = tuple[int, int, int, str | None, bool, Allowed | None]
 
 
 class Flusher:
@@ -28,7 +29,8 @@ class Flusher:
         self._signals: dict[int, asyncio.Future[None]] = {}
         self._due: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
-        self._batches: dict[tuple[int, int, int, bool, Allowed | None], tuple[bytes, int, int]] = {}
+        # By (history, cursor, newest sequence, kind, format, access): level streams share.
+        self._batches: dict[BatchKey, tuple[bytes, int, int]] = {}
         log.listeners.append(self.changed)
 
     # -- waking ----------------------------------------------------------------------------
@@ -77,7 +79,7 @@ class Flusher:
         """The next bytes for a stream after its cursor, their event count, and the sequence
         they bring it to (the newest one when they are all it was missing)."""
         history = stream.history
-        key = (id(history), stream.cursor, self.log.seq, stream.sse, stream.allowed)
+        key = (id(history), stream.cursor, self.log.seq, stream.kind, stream.sse, stream.allowed)
         found = self._batches.get(key)
         if found is None:
             found = self._build(stream)

@@ -619,3 +619,20 @@ async def test_a_position_given_while_a_relist_is_still_recorded_stands_before_t
     # Everything of the relist that a had not recorded yet comes from b.
     assert {route for _, route in on_b.changes()} >= {f"r{i}" for i in range(2, 6)}
     await on_b.stop()
+
+
+async def test_a_kind_resumed_in_the_views_history_gets_only_its_kind() -> None:
+    feed = make_feed()
+    index = feed.index
+    everyone = await reader(feed)
+    place = everyone.events[-1]["revision"]
+    # Nobody followed jobs alone here: the resume reads the view's history, filtered.
+    jobs = await reader(feed, kind="job", since=place)
+    index.upsert(LLM, cr("a", "x", "chat"))
+    index.upsert(JOB, cr("a", "j", "batch", queue={"maxDepth": 1, "promql": "up"}))
+    await everyone.settle()
+    await jobs.settle()
+    assert everyone.changes() == [("ADDED", "chat"), ("ADDED", "batch")]
+    assert jobs.changes() == [("ADDED", "batch")]
+    await everyone.stop()
+    await jobs.stop()
