@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 from controlplane.admin import Admin
 from tests.integration import crs
 from tests.integration.process import TOKEN, Process, start_process
+from tests.integration.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +163,66 @@ async def test_a_resume_after_a_restart_is_410_and_nothing_partial(
         gone = await client.get("/config", params={"watch": "true", "since": revision})
         assert gone.status_code == 410, gone.text
         assert gone.json()["error"]["code"] == "expired"
+
+
+async def test_sloctl_watch_prints_deletions_missed_across_a_restart(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    keep, gone = f"keep-{namespace}", f"gone-{namespace}"
+    admin.create(crs.llm(namespace, "keep", service_id=keep))
+    admin.create(crs.llm(namespace, "gone", service_id=gone))
+    (tmp_path / "first").mkdir()
+    first = await start_process(slo_api_kubeconfig, tmp_path / "first")
+    host, port = first.url.removeprefix("http://").split(":")
+    proxy = await TcpProxy(host, int(port)).start()
+    env = {**os.environ, "SLO_API_URL": f"http://127.0.0.1:{proxy.port}", "SLO_API_TOKEN": TOKEN}
+    sloctl = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "slo_api.cli",
+        "watch",
+        "-o",
+        "json",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    second: Process | None = None
+
+    async def mine() -> Obj:
+        assert sloctl.stdout is not None
+        async with asyncio.timeout(WITHIN):
+            while True:
+                event: Obj = json.loads(await sloctl.stdout.readline())
+                if event["type"] == "RESYNC" or event.get("route") in (keep, gone):
+                    return event
+
+    try:
+        assert {(await mine())["route"] for _ in range(2)} == {keep, gone}
+        first.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(first.proc.wait, 30)
+        # While no replica runs: one route goes, the other changes.
+        await asyncio.to_thread(admin.delete, *LLM, namespace, "gone")
+        await asyncio.to_thread(
+            admin.merge_patch, *LLM, namespace, "keep", {"spec": {"priority": 6}}
+        )
+        (tmp_path / "second").mkdir()
+        second = await start_process(slo_api_kubeconfig, tmp_path / "second")
+        host, port = second.url.removeprefix("http://").split(":")
+        proxy.target = (host, int(port))
+        # The old place is 410 on the new process: sloctl takes the whole state again and
+        # prints what differs from what it had printed.
+        assert (await mine())["type"] == "RESYNC"
+        after = [await mine(), await mine()]
+        assert sorted((e["type"], e["route"]) for e in after) == [
+            ("DELETED", gone),
+            ("MODIFIED", keep),
+        ]
+    finally:
+        sloctl.terminate()
+        await sloctl.wait()
+        await proxy.stop()
+        for process in (first, second):
+            if process is not None and process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(process.proc.wait, 30)
