@@ -64,10 +64,10 @@ class Feed:
         self.bookmark_seconds = bookmark_seconds
         self.access_seconds = access_seconds
         self.closing = False
-        # Every view is followed from the start, so a stream moved here from another replica
-        # finds the history it resumes in.
-        for view in VIEWS:
-            self.log.history(view, None)
+        # The summary view (what programs follow) from the start, so a stream moved here from
+        # another replica finds the history it resumes in; the full view from its first
+        # stream (rendering every route's full item costs CPU and memory nobody may need).
+        self.log.history("summary", None)
         self._tasks: list[asyncio.Task[None]] = []
         self._force: asyncio.TimerHandle | None = None
 

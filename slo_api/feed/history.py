@@ -296,6 +296,10 @@ class ChangeLog:
         """Start following a view: its current items become the published state."""
         if view in self._last:
             return
+        # What is still pending is recorded first: the new view starts from what the others
+        # have published (its items are read from the index, which is ahead of them).
+        while self._pending:
+            self._publish()
         routes = self.index.routes()
         if not self._last:
             self._owners = {route: self._owners_of(route) for route in routes}
