@@ -2,7 +2,7 @@
 
 - CPU of one new stream's initial state (static token, summary and full view) at N routes,
   the first stream and the next (the per-route frames cached by then);
-- memory a history holds per change (tracemalloc, full view, a realistic LLM CR);
+- memory a history entry holds beside its item (tracemalloc);
 - the event-loop time a relist that changes every route takes with S streams open (the
   index's replace, then the longest turn while the feed records it), and whether every
   caught-up stream stays open.
@@ -23,6 +23,7 @@ import tracemalloc
 from typing import Any
 
 from slo_api.feed import Feed
+from slo_api.feed.history import Change, History
 from slo_api.kinds import build_kinds
 from slo_api.metrics import Metrics
 from slo_api.service import Service
@@ -95,38 +96,23 @@ async def initial_state(routes: int) -> dict[str, float]:
 
 
 def history_bytes_per_change(changes: int) -> float:
-    svc = service(changes)
-    f = feed(svc, history_bytes=1 << 40)
-    for view in ("summary", "full"):  # what the streams would render anyway
-        for route in svc.index.routes():
-            svc.line(view, route)
-    objs = [llm(i, 2, priority=5) for i in range(changes)]
+    """What a history entry holds beside its items (those are the index's lines, shared while
+    current; the budget counts each entry's item and one framed copy of it on top of this)."""
+    items = [b"x" * 300 for _ in range(changes)]
+    routes = [f"route-{i:06d}" for i in range(changes)]
+    owners = (("llm", "ns1"),)
+    source = (LLM, GROUP, "")
+    history = History("summary", None, 0, 1 << 40)
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    svc.index.reached(LLM, GROUP, None, "2")
-    svc.index.replace(LLM, objs, GROUP)
-    # What the index itself now holds anew (the new CRs and their lines) is not the history's:
-    # subtract it by measuring the same relist once more with no history behind it.
+    for i in range(changes):
+        change = Change(i + 1, routes[i], items[i - 1], items[i], owners, owners, source, i)
+        history.append(change)
     gc.collect()
-    with_history = tracemalloc.get_traced_memory()[0] - before
+    held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    held = sum(len(h) for h in f.log.histories.values())
-    svc2 = service(changes)
-    for view in ("summary", "full"):
-        for route in svc2.index.routes():
-            svc2.line(view, route)
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    svc2.index.replace(LLM, [llm(i, 2, priority=5) for i in range(changes)], GROUP)
-    for view in ("summary", "full"):
-        for route in svc2.index.routes():
-            svc2.line(view, route)
-    gc.collect()
-    without = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    return (with_history - without) / held
+    return held / changes
 
 
 async def relist(routes: int, streams: int) -> dict[str, float]:

@@ -263,7 +263,9 @@ class Feed:
         at = stream.cursor = changelog.seq
         # What was published at `at` (the index may be ahead: its changes follow as events).
         last = changelog.published(stream.view)
-        routes = [route for route in self.index.routes(stream.kind) if route in last]
+        routes = list(self.index.routes(stream.kind))
+        if changelog.pending:
+            routes = [route for route in routes if route in last]
         view, kind, sse, allowed = stream.view, stream.kind, stream.sse, stream.allowed
         if allowed is None:
             # Sees every route: a join of cached blocks, shared with every such stream.

@@ -311,6 +311,11 @@ class ChangeLog:
         # claimed_in, not claims: the index keeps CRs encoded, and only namespaces are needed.
         return tuple((kinds[plural].name, ns) for plural, ns in self.index.claimed_in(route))
 
+    @property
+    def pending(self) -> bool:
+        """Whether the index is ahead of what was published (a relist being recorded)."""
+        return bool(self._pending)
+
     def published(self, view: str) -> dict[str, bytes]:
         return self._last[view]
 
