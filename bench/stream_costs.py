@@ -151,6 +151,7 @@ async def relist(routes: int, streams: int) -> dict[str, float]:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {
+        "streams": streams,
         "replace_ms": 1000 * stall,
         "longest_turn_after_ms": 1000 * longest,
         "streams_ended": ended,
@@ -167,6 +168,8 @@ def main() -> None:
     out["initial_state"] = asyncio.run(initial_state(args.routes))
     out["history_bytes_per_change"] = round(history_bytes_per_change(args.changes))
     out["relist"] = asyncio.run(relist(args.routes, args.streams))
+    out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out["loadavg"] = " ".join(open("/proc/loadavg").read().split()[:3])  # noqa: SIM115
     print(json.dumps(out, indent=2))
 
 
