@@ -39,6 +39,9 @@ def _met(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+SIGTERM_GOAL_S = 10.0
+
+
 def _fanout_rows(f: dict[str, Any], row: Any) -> None:
     d = f["delivery"]
     watchers, rate, routes = f["watchers"], f["rate"], f["routes"]
@@ -80,6 +83,21 @@ def _fanout_rows(f: dict[str, Any], row: Any) -> None:
         _met(ratio >= WATCHED_GOAL),
         f"{_cpu(watched)} / {_cpu(alone)}",
     )
+    term = f.get("sigterm")
+    if term:
+        exited = term["exit_code"] == 0 and term["seconds"] <= SIGTERM_GOAL_S
+        row(
+            f"SIGTERM with the {watchers:,} streams open and {term['stalled']} more whose "
+            "clients stopped reading",
+            f"exit code {term['exit_code']} after {term['seconds']:.1f} s",
+            "",
+            "",
+            "",
+            "",
+            f"exit 0 within {SIGTERM_GOAL_S:g} s",
+            _met(exited),
+            "",
+        )
 
 
 def _stream_costs(c: dict[str, Any] | None) -> str:
