@@ -449,7 +449,11 @@ and shared; the write itself, a task wake and uvicorn's chunked-encoding copy ar
 Measured before the change feed was rebuilt, on a quiet machine: a flush of 0.1 s left `/config`
 0.47 of its figure with 1,000 streams, 0.5 s 0.83. The fan-out rows above were measured at the
 load average they show (other work on the same two cores), which the driver's achieved change
-rate reflects; they are not comparable with a quiet run.
+rate reflects; they are not comparable with a quiet run (three runs the same hour at load 5-9:
+delivery from the API server's answer p99 0.6-1.7 s, `/config` 0.49-0.56). With 1,000 routes
+the stalled clients' initial states may fit in the kernel's socket buffers; a writer really
+stuck on a full socket is cut 2 s after SIGTERM (tests/integration/test_watch_stream.py proves
+it with 6 MB initial states).
 {stream_costs}
 The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so
 absolute figures are low and noisy; the ratios against the side-by-side baselines are what
