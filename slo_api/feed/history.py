@@ -187,6 +187,7 @@ class ChangeLog:
         self._pending_floor: dict[Source, int] = {}
         self._scheduled = False
         self._mark_seqs: list[int] = []
+        self._dropped_upto = -1  # the last sequence of the newest mark dropped
         self.histories: dict[tuple[str, str | None], History] = {}
         # What was last published, per view anyone has watched: route -> /config item.
         self._last: dict[str, dict[str, bytes]] = {}
@@ -209,6 +210,10 @@ class ChangeLog:
         version before their cause (a stream cut there has not written the others)."""
         if seq >= self.seq:
             return self._positions()
+        if seq <= self._dropped_upto:
+            # Older than every history (a stream stuck that long): nothing is known of it,
+            # so it names nothing another replica could resume from.
+            return tuple((s, 0) for s, _ in self._positions())
         at = bisect.bisect_left(self._mark_seqs, seq)
         if at == len(self._marks):
             return self._positions()
@@ -474,6 +479,7 @@ class ChangeLog:
             floor = min(h.floor for h in self.histories.values())
             drop = bisect.bisect_left(self._mark_seqs, floor)
             if drop > len(self._marks) // 2:
+                self._dropped_upto = self._mark_seqs[drop - 1]
                 del self._marks[:drop]
                 del self._mark_seqs[:drop]
 
