@@ -10,7 +10,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from slo_api.api.middleware import STREAM_LABEL
+from slo_api.api.middleware import RAW_SEND, STREAM_LABEL
 from slo_api.errors import ApiError
 from slo_api.feed import (
     Allowed,
@@ -85,9 +85,12 @@ class WatchResponse(Response):
         scope[STREAM_LABEL] = "/config?watch=true"
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            # The start went through every layer (status, request id, metrics); the body goes
+            # past them (see RAW_SEND).
+            body: Send = scope.get(RAW_SEND, send)
 
             async def write(chunk: bytes) -> None:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await body({"type": "http.response.body", "body": chunk, "more_body": True})
 
             # Idle until the client goes: it is not woken by what the stream sends.
             listener = asyncio.create_task(_disconnected(receive))
@@ -108,13 +111,8 @@ class WatchResponse(Response):
             # A stalled reader cannot take even this: the server then just closes.
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(FINAL_WRITE_SECONDS):
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": feed.tail(stream),
-                            "more_body": False,
-                        }
-                    )
+                    last = feed.tail(stream)
+                    await body({"type": "http.response.body", "body": last, "more_body": False})
         finally:
             feed.close(stream)
 
