@@ -27,6 +27,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
+# What one informer follows: (plural, API group, namespace or "" for every namespace).
+Source = tuple[str, str, str]
 
 log = logging.getLogger("slo_api.index")
 
@@ -187,11 +189,36 @@ class CRIndex:
         # Routes whose rendered values were dropped since listeners were last told.
         self._changed: set[str] = set()
         self._listeners: list[Listener] = []
+        # The resourceVersion each informer has reached (events, bookmarks, lists) and the
+        # first it reached (its first list: nothing before it is known here).
+        self.positions: dict[Source, int] = {}
+        self.first_positions: dict[Source, int] = {}
+        # While listeners run: the source and resourceVersion of what they are told about.
+        self.cause: tuple[Source, int] | None = None
+        self._cause: tuple[Source, int] | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(routes)` after each change with the routes whose derived values
         (their /config lines) may have changed: exactly those whose cached renders it drops."""
         self._listeners.append(listener)
+
+    def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
+        """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
+        if not rv or not rv.isdigit():
+            return
+        source = (plural, group, namespace or "")
+        value = int(rv)
+        self.first_positions.setdefault(source, value)
+        if value > self.positions.get(source, -1):
+            self.positions[source] = value
+
+    def _source(self, plural: str, group: str, namespace: str) -> Source:
+        scoped = (plural, group, namespace)
+        return scoped if scoped in self.positions else (plural, group, "")
+
+    def _caused(self, plural: str, group: str, namespace: str, rv: int | None) -> None:
+        # An event's object carries the event's resourceVersion; a write's result its own.
+        self._cause = (self._source(plural, group, namespace), rv or 0)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -297,6 +324,7 @@ class CRIndex:
             new_rv = _rv(obj)
             if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
+        self._caused(plural, group, name[0], _rv(obj))
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
         return True
@@ -321,6 +349,7 @@ class CRIndex:
         uid = _uid(obj)
         if old is None or (uid is not None and old.uid != uid):
             return False
+        self._caused(plural, group, name[0], _rv(obj))
         self._change(plural, name, {group: None})
         self._settle()
         return True
@@ -341,9 +370,14 @@ class CRIndex:
         them as it reads).
         """
         changes: dict[Name, dict[str, Entry | None]] = {}
+        newest = 0
         for item in objs:
             entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
             changes.setdefault(entry.name, {})[entry.group] = entry
+            newest = max(newest, entry.rv or 0)
+        # A relist: what it finds gone vanished at some point up to the list's version.
+        source = (plural, group or "", namespace or "")
+        self._cause = (source, self.positions.get(source, newest))
         for name, held in self._held_all(plural):
             if namespace is not None and name[0] != namespace:
                 continue
@@ -424,15 +458,20 @@ class CRIndex:
         self._changed.add(route)
 
     def _publish(self) -> None:
+        cause, self._cause = self._cause, None
         if not self._changed:
             return
         changed, self._changed = self._changed, set()
-        for listener in self._listeners:
-            try:
-                listener(changed)
-            except Exception:
-                # A listener's bug must not leave the index half-updated for everyone else.
-                log.exception("index listener failed")
+        self.cause = cause
+        try:
+            for listener in self._listeners:
+                try:
+                    listener(changed)
+                except Exception:
+                    # A listener's bug must not leave the index half-updated for everyone else.
+                    log.exception("index listener failed")
+        finally:
+            self.cause = None
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route

@@ -49,10 +49,11 @@ class Runtime:
         self.feed = Feed(
             self.service,
             metrics,
-            history=settings.watch_history_events,
-            queue=settings.watch_queue_events,
-            max_watchers=settings.max_watchers,
+            history_bytes=settings.watch_history_bytes,
+            max_streams=settings.max_watchers,
+            streams_per_identity=settings.watch_streams_per_identity,
             bookmark_seconds=settings.watch_bookmark_seconds,
+            access_seconds=settings.watch_access_seconds,
             flush_seconds=settings.watch_flush_seconds,
         )
         self.namespaces = namespace_list(settings.watch_namespaces)

@@ -238,6 +238,7 @@ class Informer:
     def _listed(self, items: list[Entry], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
+        self.index.reached(self._plural, self.group, self.namespace, resource_version)
         self.index.replace(self._plural, items, self.group, self.namespace)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
@@ -317,9 +318,12 @@ class Informer:
             return None
         self.last_event = time.monotonic()
         self.metrics.watch_events.labels(self.kind.name, kind.lower()).inc()
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        # Where this informer is in the cluster's history (a bookmark too): change streams'
+        # revisions are built from it.
+        self.index.reached(self._plural, self.group, self.namespace, str(rv) if rv else None)
         if kind in ("ADDED", "MODIFIED"):
             self.index.upsert(self._plural, obj, self.group)
         elif kind == "DELETED":
             self.index.delete(self._plural, obj, self.group)
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
         return str(rv) if rv else None

@@ -23,7 +23,6 @@ from slo_api.api.schema import (
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.events import EventRecorder, regarding
-from slo_api.feed import Visible
 from slo_api.jsonbody import parse_object
 from slo_api.route_names import route_problem
 from slo_api.service import Result, Target, parse_if_match
@@ -238,7 +237,7 @@ async def list_routes(
     since: Annotated[
         str | None,
         Query(
-            max_length=64,
+            max_length=1024,
             description="With watch: resume after this revision (from an event or bookmark).",
         ),
     ] = None,
@@ -246,7 +245,7 @@ async def list_routes(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
     last_event_id: Annotated[
         str | None,
-        Header(alias="Last-Event-ID", max_length=64, description="SSE's resume: as since."),
+        Header(alias="Last-Event-ID", max_length=1024, description="SSE's resume: as since."),
     ] = None,
 ) -> Response:
     if not rt.ready():
@@ -256,14 +255,15 @@ async def list_routes(
         # Asked once before the stream opens, so a caller without list and watch anywhere
         # gets a plain 403 (and a revoked token a 401) instead of a stream.
         allowed = await access.allowed()
-        return open_stream(
+        return await open_stream(
             rt.feed,
             view=view,
             kind=kind,
             since=since,
             accept=accept,
             last_event_id=last_event_id,
-            visible=_within(allowed),
+            access=access,
+            allowed=allowed,
         )
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")
@@ -277,13 +277,3 @@ async def list_routes(
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
 
-
-def _within(allowed: Allowed | None) -> Visible | None:
-    """The feed's per-(kind, namespace) question, answered from what the stream may follow."""
-    if allowed is None:
-        return None
-
-    async def visible(kind: str, namespace: str) -> bool:
-        return (kind, namespace) in allowed
-
-    return visible

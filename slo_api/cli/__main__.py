@@ -138,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         "print route changes as they happen (the current routes first)",
         commands.cmd_watch,
         "Runs until interrupted. A lost connection is resumed where it stopped, so no change\n"
-        "is missed or printed twice; if the server no longer has that place (it restarted),\n"
-        "the current routes are printed again. -o json prints one event per line:\n"
-        '{"type": "ADDED"|"MODIFIED"|"DELETED", "route", "object", "revision"}.',
+        "is missed; if the server no longer has that place (it restarted), the current\n"
+        "routes are compared with what was printed: a RESYNC line, then what was added,\n"
+        "changed or deleted meanwhile. -o json prints one event per line:\n"
+        '{"type": "ADDED"|"MODIFIED"|"DELETED"|"RESYNC", "route", "object", "revision"}.',
     )
     watching.add_argument("--kind", choices=("llm", "job", "pool"), help="only routes of this kind")
 

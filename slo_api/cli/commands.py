@@ -45,14 +45,22 @@ RECONNECT_MAX_SECONDS = 10.0
 
 
 def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
-    """Print changes as they come; after a lost connection, resume where the stream was."""
+    """Print changes as they come; after a lost connection, resume where the stream was.
+
+    When the server cannot resume (410, or it ended the stream with `expired`), the whole
+    state comes again: it is compared with what was printed, as client-go's Replace does, so
+    a route that went away meanwhile is printed as DELETED. A RESYNC line marks that.
+    """
     since: str | None = None
     delay = 0.5
     connected_once = False
+    printed: dict[str, Any] = {}  # route -> the object last printed for it
     while True:
         # A stream opened without `since` starts with the whole state; a place in it is only
         # worth resuming from once the initial bookmark said that state was complete.
         resumable = since is not None
+        # Starting over after having printed: collect the state, then print the difference.
+        snapshot: dict[str, Any] | None = None if resumable or not connected_once else {}
         try:
             for event in client.watch(args.kind, since):
                 connected_once = True
@@ -61,13 +69,33 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 revision = event.get("revision")
                 if kind == "ERROR":
                     error = event.get("error") or {}
-                    raise StreamLost(str(error.get("message") or error.get("code") or "error"))
+                    code = error.get("code")
+                    message = str(error.get("message") or code or "error")
+                    if code in ("unauthorized", "forbidden"):
+                        raise CliError(f"the server ended the watch: {message}", ExitCode.AUTH)
+                    if code == "expired":
+                        since = None  # the server says: watch again from the whole state
+                    raise StreamLost(message)
                 if kind == "BOOKMARK" and event.get("initial"):
                     resumable = True
+                    if snapshot is not None:
+                        _resync(printed, snapshot, revision, args.output)
+                        snapshot = None
                 if resumable and isinstance(revision, str):
                     since = revision
-                if kind != "BOOKMARK":
-                    print_event(event, args.output)
+                if kind == "BOOKMARK":
+                    continue
+                route = event.get("route")
+                if snapshot is not None:
+                    if isinstance(route, str):
+                        snapshot[route] = event
+                    continue
+                if isinstance(route, str):
+                    if kind == "DELETED":
+                        printed.pop(route, None)
+                    else:
+                        printed[route] = event.get("object")
+                print_event(event, args.output)
         except StreamLost as exc:
             if not connected_once:
                 raise CliError(f"the watch ended at once: {exc}", ExitCode.SERVER) from None
@@ -83,6 +111,21 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 raise
         time.sleep(delay)
         delay = min(RECONNECT_MAX_SECONDS, delay * 2)
+
+
+def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fmt: str) -> None:
+    """Print what changed between what was printed and the new whole state."""
+    print_event({"type": "RESYNC", "revision": revision}, fmt)
+    for route in sorted(printed.keys() - snapshot.keys()):
+        print_event({"type": "DELETED", "route": route, "object": printed.pop(route)}, fmt)
+    for route in sorted(snapshot):
+        event = snapshot[route]
+        before = printed.get(route)
+        if before == event.get("object"):
+            continue
+        change = {**event, "type": "ADDED" if route not in printed else "MODIFIED"}
+        printed[route] = event.get("object")
+        print_event(change, fmt)
 
 
 def print_event(event: Body, fmt: str) -> None:

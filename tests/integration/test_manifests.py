@@ -590,6 +590,8 @@ def sizing_formula() -> Callable[[int], float]:
     found = _FORMULA.search(README.read_text())
     assert found, "README.md has no sizing formula"
     empty, per_10k, history, per_stream_kib = (int(g) for g in found.groups())
+    # Three histories (both views and one kind followed alone), each at its default bound.
+    assert history == 3 * Settings.model_fields["watch_history_bytes"].default // 2**20
     streams = Settings.model_fields["max_watchers"].default * per_stream_kib / 1024
     return lambda crs: 1.25 * (empty + per_10k * crs / 10_000 + history + streams)
 
