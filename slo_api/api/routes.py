@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from slo_api.access import Allowed, Caller
+from slo_api.access import Caller
 from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep
 from slo_api.api.schema import (
     CONFIG_RESPONSES,
@@ -276,4 +276,3 @@ async def list_routes(
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
-
