@@ -85,6 +85,7 @@ def job_state(*, present: bool, objects: int) -> dict[str, object]:
     return {
         "synced": True,
         "present": present,
+        "stale": False,
         "objects": objects,
         "groups": JOB_GROUPS,
         "served": served,
