@@ -8,7 +8,8 @@
   cheap question (`GET /readyz`) about once a second; when a probe has failed (an outage) and
   one then answers, every sleeper wakes, each after its own jitter under a second so that
   replicas and kinds do not all relist in the same instant. A probe that answers at once means
-  the failure was not an outage (RBAC, a bad request): the loops sleep out their backoff.
+  the failure was not an outage (RBAC, a bad request): the loops sleep out their backoff, unless
+  an outage ended less than 30 s before (a call started during it that failed only after it).
 - `supervise`: a long-lived task that fails unexpectedly is logged, counted and started again
   after a backoff, never the silent end of a kind.
 """
@@ -29,6 +30,9 @@ Probe = Callable[[], Awaitable[bool]]
 
 PROBE_SECONDS = 1.0
 WAKE_JITTER_SECONDS = 1.0
+# A loop that fails this soon after an outage ended (a call started during the outage that only
+# failed after it, such as a connection attempt into a healed partition) is woken too.
+TAIL_SECONDS = 30.0
 # A supervised task that ran this long before failing starts over from the first backoff step.
 HEALTHY_RUN_SECONDS = 60.0
 
@@ -76,6 +80,7 @@ class Recovery:
         self._task: asyncio.Task[None] | None = None
         # Outages the probe saw end (sleepers were woken), for tests and the log.
         self.recoveries = 0
+        self._recovered_at: float | None = None
 
     async def _sleep(self, seconds: float) -> None:
         await (self._sleep_override or asyncio.sleep)(seconds)
@@ -110,7 +115,11 @@ class Recovery:
     async def _watch_outage(self) -> None:
         """Probe while anyone sleeps; after a failed probe, the first answer wakes them all."""
         assert self._probe is not None
-        outage = False
+        loop = asyncio.get_running_loop()
+        recovered = self._recovered_at
+        # Straight after an outage, a failure is still the outage's (see TAIL_SECONDS).
+        outage = recovered is not None and loop.time() - recovered < TAIL_SECONDS
+        failed = False
         while self._sleepers:
             try:
                 answered = await self._probe()
@@ -120,7 +129,11 @@ class Recovery:
                 answered = False
             if answered:
                 if outage:
-                    self.recoveries += 1
+                    if failed:
+                        self.recoveries += 1
+                        # Only a real outage opens a tail: failures in the tail do not extend
+                        # it (a server whose watches keep failing gets the plain backoff).
+                        self._recovered_at = loop.time()
                     log.info(
                         "the API server answers again: waking %d watch loops", len(self._sleepers)
                     )
@@ -128,7 +141,7 @@ class Recovery:
                         sleeper.set()
                 # Answered at once: not an outage; the sleepers sleep out their backoff.
                 return
-            outage = True
+            outage = failed = True
             await self._sleep(self.interval)
 
     async def close(self) -> None:

@@ -211,6 +211,35 @@ def test_sleepers_are_woken_with_jitter_under_a_second(monkeypatch: pytest.Monke
     assert len({round(t, 3) for t in after}) > 10  # spread, not all in the same instant
 
 
+def test_a_loop_that_fails_just_after_an_outage_ended_is_woken_too() -> None:
+    async def main() -> tuple[float, float]:
+        back_at = 10.0
+
+        async def probe() -> bool:
+            return now() >= back_at
+
+        shared = Recovery(probe)
+        assert await shared.pause(30)  # asleep through the outage's end
+        # A call started during the outage that failed only after it (a connection attempt
+        # into a healed partition): the probe answers at once, yet it is the outage's failure.
+        await asyncio.sleep(12 - now())
+        started = now()
+        assert await shared.pause(30)
+        tail = now() - started
+        # Long after, a failure that the probe answers at once is not an outage.
+        await asyncio.sleep(back_at + recovery.TAIL_SECONDS + 1 - now())
+        started = now()
+        assert not await shared.pause(30)
+        later = now() - started
+        await shared.close()
+        assert shared.recoveries == 1
+        return tail, later
+
+    tail, later = vtime.run(main())
+    assert tail < 1.1
+    assert later == pytest.approx(30)
+
+
 def test_a_failing_probe_is_only_a_missed_hint() -> None:
     async def main() -> float:
         async def probe() -> bool:
