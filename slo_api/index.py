@@ -53,6 +53,17 @@ def _rv(obj: Obj) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
+def _newer(held: Entry, listed: Entry) -> bool:
+    """Whether the held copy of a CR is a later version than the listed one (the same CR, and
+    resourceVersions that compare as integers); when they cannot be compared, it is not."""
+    return (
+        held.uid == listed.uid
+        and held.rv is not None
+        and listed.rv is not None
+        and held.rv > listed.rv
+    )
+
+
 def _uid(obj: Obj) -> str | None:
     uid = obj.get("metadata", {}).get("uid")
     return uid if isinstance(uid, str) else None
@@ -67,6 +78,17 @@ def _name(obj: Obj) -> Name:
 # Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
 # claims and the sorted route lists (see tests/unit/test_index_memory.py).
 ENTRY_OVERHEAD = 460
+# Measured bytes per cached render besides its own bytes: the bytes object's header and the
+# cache's slot (see tests/unit/test_index_memory.py).
+RENDER_OVERHEAD = 56
+
+
+_NONE = object()
+
+
+def _size(value: Any) -> int:
+    """What a cached render holds beyond RENDER_OVERHEAD: its bytes (renders are encoded)."""
+    return len(value) if isinstance(value, bytes) else sys.getsizeof(value)
 
 
 def exact(data: bytes) -> bytes:
@@ -184,8 +206,9 @@ class CRIndex:
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
-        # Bytes of encoded objects held (every copy), for the size estimate.
+        # Bytes of encoded objects held (every copy), and of cached renders, for the estimate.
         self.encoded_bytes = 0
+        self.rendered_bytes = 0
         # Routes whose rendered values were dropped since listeners were last told.
         self._changed: set[str] = set()
         self._listeners: list[Listener] = []
@@ -255,9 +278,16 @@ class CRIndex:
         return len(self._objects[plural])
 
     def estimated_bytes(self) -> int:
-        """About what the index holds in memory: the encoded objects plus a measured cost
-        per stored CR (keys, claims, route lists)."""
-        return self.encoded_bytes + ENTRY_OVERHEAD * sum(len(o) for o in self._objects.values())
+        """About what the index holds in memory: the encoded objects and cached renders plus
+        a measured cost per stored CR (keys, claims, route lists) and per cached render."""
+        stored = sum(len(o) for o in self._objects.values())
+        renders = sum(len(c) for c in self._rendered.values())
+        return (
+            self.encoded_bytes
+            + self.rendered_bytes
+            + ENTRY_OVERHEAD * stored
+            + RENDER_OVERHEAD * renders
+        )
 
     def leftovers(self, plural: str) -> dict[str, int]:
         """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
@@ -286,6 +316,7 @@ class CRIndex:
         except KeyError:
             value = render(route)
             cache[route] = value = exact(value) if isinstance(value, bytes) else value
+            self.rendered_bytes += _size(value)
             return value
 
     def groups_with_member(self, namespace: str, member: str) -> list[tuple[str, Obj]]:
@@ -373,6 +404,11 @@ class CRIndex:
         newest = 0
         for item in objs:
             entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
+            kept = self._held(plural, entry.name).get(entry.group)
+            if kept is not None and _newer(kept, entry):
+                # A write-through newer than the list (a PATCH answered while it was read):
+                # keep it; the watch from the list's resourceVersion delivers it anyway.
+                entry = kept
             changes.setdefault(entry.name, {})[entry.group] = entry
             newest = max(newest, entry.rv or 0)
         # A relist: what it finds gone vanished at some point up to the list's version.
@@ -454,7 +490,8 @@ class CRIndex:
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
-            cache.pop(route, None)
+            if (value := cache.pop(route, _NONE)) is not _NONE:
+                self.rendered_bytes -= _size(value)
         self._changed.add(route)
 
     def _publish(self) -> None:

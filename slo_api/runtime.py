@@ -15,6 +15,7 @@ from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
+from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings, namespace_list
 from slo_api.visible import VisiblePages
@@ -58,6 +59,8 @@ class Runtime:
         )
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector
+        # Wakes every watch loop asleep in its backoff when the API server answers again.
+        self.recovery = Recovery(kube.ready)
         # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
             KindWatch(
@@ -70,6 +73,7 @@ class Runtime:
                 inactivity_seconds=settings.watch_inactivity_seconds,
                 namespaces=self.namespaces,
                 label_selector=self.label_selector,
+                recovery=self.recovery,
             )
             for kind in self.kinds
         ]
@@ -109,8 +113,20 @@ class Runtime:
             f", CRs selected by {self.label_selector}" if self.label_selector else "",
         )
         self._tasks = [
-            asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
+            asyncio.create_task(self._supervised(i), name=f"watch-{i.kind.name}")
+            for i in self.informers
         ]
+
+    async def _supervised(self, watch: KindWatch) -> None:
+        def failed(_: BaseException | None) -> None:
+            self.metrics.task_failures.labels(watch.kind.name, "kind").inc()
+
+        await supervise(
+            f"the watch of {watch.kind.name}",
+            watch.run,
+            on_failure=failed,
+            pause=self.recovery.pause,
+        )
 
     def end_streams(self) -> None:
         """End every change stream cleanly; callable from any thread (a signal handler's)."""
@@ -132,5 +148,6 @@ class Runtime:
                 log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
                 task.cancel()
         self._tasks = []
+        await self.recovery.close()
         await self.events.close()
         await self.kube.close()

@@ -53,6 +53,7 @@ async def readyz(rt: RuntimeDep) -> Response:
         state.kind: {
             "synced": state.synced,
             "present": state.present,
+            "stale": state.stale,
             "objects": state.objects,
             "groups": list(state.groups),
             "served": list(state.served),

@@ -62,6 +62,9 @@ class FakeKube:
         items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
 
+    async def ready(self) -> bool:
+        return True
+
     async def served(self, group: str, version: str) -> set[str]:
         if group not in self.groups:
             return set()
