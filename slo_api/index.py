@@ -27,6 +27,9 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
+# Told of every stored update of a CR the index already held under the same uid:
+# (plural, the held copy (decoded only if asked), the object as received, managedFields and all).
+Updated = Callable[[str, Callable[[], Obj], Obj], None]
 
 log = logging.getLogger("slo_api.index")
 
@@ -187,11 +190,16 @@ class CRIndex:
         # Routes whose rendered values were dropped since listeners were last told.
         self._changed: set[str] = set()
         self._listeners: list[Listener] = []
+        self._updated: list[Updated] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(routes)` after each change with the routes whose derived values
         (their /config lines) may have changed: exactly those whose cached renders it drops."""
         self._listeners.append(listener)
+
+    def on_update(self, observer: Updated) -> None:
+        """Call `observer` for each update of a held CR (not for adds, deletes or relists)."""
+        self._updated.append(observer)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -299,6 +307,12 @@ class CRIndex:
                 return False
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
+        if old is not None and old.uid == _uid(obj):
+            for observer in self._updated:
+                try:
+                    observer(plural, old.obj, obj)
+                except Exception:
+                    log.exception("index update observer failed")
         return True
 
     def write_through(self, plural: str, obj: Obj) -> bool:
