@@ -15,9 +15,10 @@ resourceVersion, and the ConfigMap is owned by the CR's uid): the store is a rea
 create or a conditional update (resourceVersion), and an entry already there is a no-op, so the
 second writer changes nothing.
 
-Recording happens off the request path, in one task chain per ConfigMap (so one replica's own
-entries never race each other); a read on that replica waits for the chain first, so a caller
-reads its own change.
+Recording happens off the request path, by one task per ConfigMap that stores whatever is
+pending for it at once (so a replica's own entries never race each other, and a route changed
+many times a second costs a read and a write per round trip); a read on that replica waits for
+that task first, so a caller reads its own change.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -168,7 +169,9 @@ class History:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
         self.limit = limit
-        self._tails: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Per ConfigMap: entries waiting to be stored, and the one task storing them.
+        self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
+        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -230,30 +233,34 @@ class History:
         meta = obj.get("metadata") or {}
         namespace = str(meta.get("namespace", ""))
         key = (namespace, history_name(kind, str(meta.get("name", ""))))
-        owner = _owner(obj, api_version)
-        self._chain(key, lambda: self._store(key, owner, kind, entry))
+        self._pending.setdefault(key, []).append((_owner(obj, api_version), kind, entry))
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._drain(key), name=f"history-{key[1]}")
 
-    def _chain(self, key: tuple[str, str], work: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        previous = self._tails.get(key)
+    async def _drain(self, key: tuple[str, str]) -> None:
+        """Store what is pending for one ConfigMap, all of it at once, until nothing is.
 
-        async def run() -> None:
-            if previous is not None:
-                await asyncio.wait([previous])
-            try:
-                await work()
-            except Exception:
-                log.exception("a history entry could not be stored in %s/%s", *key)
+        Entries that arrive while a store is under way wait for the next one: a route written
+        many times a second costs one read and one write of its history per round trip, not
+        per change.
+        """
+        try:
+            while batch := self._pending.pop(key, None):
+                # One store per CR (uid): a batch rarely spans a delete and re-create.
+                start = 0
+                for end in range(1, len(batch) + 1):
+                    if end == len(batch) or batch[end][0]["uid"] != batch[start][0]["uid"]:
+                        owner, kind, _ = batch[start]
+                        entries = [entry for _, _, entry in batch[start:end]]
+                        try:
+                            await self._store(key, owner, kind, entries)
+                        except Exception:
+                            log.exception("history entries could not be stored in %s/%s", *key)
+                        start = end
+        finally:
+            del self._workers[key]
 
-        task = asyncio.create_task(run(), name=f"history-{key[1]}")
-        self._tails[key] = task
-
-        def forget(done: asyncio.Task[None]) -> None:
-            if self._tails.get(key) is done:
-                del self._tails[key]
-
-        task.add_done_callback(forget)
-
-    async def _store(self, key: tuple[str, str], owner: Obj, kind: Kind, entry: Obj) -> None:
+    async def _store(self, key: tuple[str, str], owner: Obj, kind: Kind, new: list[Obj]) -> None:
         namespace, name = key
         for _ in range(STORE_ATTEMPTS):
             try:
@@ -262,33 +269,31 @@ class History:
                 if exc.status != 404:
                     raise
                 cm = None
-            if cm is None:
-                try:
-                    await self.kube.create_config_map(
-                        namespace, self._config_map(namespace, name, owner, kind, [entry])
-                    )
-                    return
-                except KubeError as exc:
-                    if exc.status == 409:  # another replica created it first: read it again
-                        continue
-                    raise
             # A ConfigMap left by an earlier CR of the same name (not collected yet) is reused.
-            entries = _entries(cm) if _owned_by(cm, owner["uid"]) else []
-            if any(e.get("id") == entry["id"] for e in entries):
-                return  # already recorded (by the other replica, or an earlier attempt)
-            entries = sorted([*entries, entry], key=_order)[-self.limit :]
-            if entry not in entries:
+            held = _entries(cm) if cm is not None and _owned_by(cm, owner["uid"]) else []
+            ids = {e.get("id") for e in held}
+            # Already there: recorded by the other replica, or by an earlier attempt.
+            fresh = [e for e in new if e["id"] not in ids]
+            if not fresh:
+                return
+            entries = sorted([*held, *fresh], key=_order)[-self.limit :]
+            if not any(e in entries for e in fresh):
                 return  # older than everything kept
             body = self._config_map(namespace, name, owner, kind, entries)
-            body["metadata"]["resourceVersion"] = (cm.get("metadata") or {}).get("resourceVersion")
             try:
-                await self.kube.replace_config_map(namespace, name, body)
+                if cm is None:
+                    await self.kube.create_config_map(namespace, body)
+                else:
+                    version = (cm.get("metadata") or {}).get("resourceVersion")
+                    body["metadata"]["resourceVersion"] = version
+                    await self.kube.replace_config_map(namespace, name, body)
                 return
             except KubeError as exc:
-                if exc.status == 409:  # changed meanwhile: read it again
+                # Created or changed meanwhile (by the other replica): read it again.
+                if exc.status == 409:
                     continue
                 raise
-        log.warning("history %s/%s kept changing: entry %s not stored", namespace, name, entry)
+        log.warning("history %s/%s kept changing: %d entries not stored", namespace, name, len(new))
 
     @staticmethod
     def _config_map(namespace: str, name: str, owner: Obj, kind: Kind, entries: list[Obj]) -> Obj:
@@ -309,7 +314,7 @@ class History:
     async def read(self, target: Target) -> list[Obj]:
         """The route's history, newest first (this replica's pending entries included)."""
         key = (target.namespace, history_name(target.kind, target.name))
-        pending = self._tails.get(key)
+        pending = self._workers.get(key)
         if pending is not None:
             await asyncio.wait([pending], timeout=self.kube.timeout)
         try:
@@ -324,6 +329,6 @@ class History:
 
     async def close(self) -> None:
         """Let the entries still being stored finish (bounded by the upstream timeout)."""
-        pending = list(self._tails.values())
+        pending = list(self._workers.values())
         if pending:
             await asyncio.wait(pending, timeout=self.kube.timeout)
