@@ -474,9 +474,12 @@ def history_writes(kubeconfig: Path, workdir: Path, routes: int, s: Settings) ->
     each change in the route's history, against one with ROUTE_HISTORY_ENTRIES=0, alternately.
     Both watch the same CRs: each records only its own writes (the other's are slo-api's)."""
     names = [populate.route_name(i) for i in range(1, routes, max(1, routes // HISTORY_ROUTES))]
-    on = ServiceProcess(kubeconfig, workdir, {"ROUTE_HISTORY_ENTRIES": "20"}).start()
+    # A drain at least as long as the 30 s upstream timeout ServiceProcess sets (start-up
+    # refuses a shorter one).
+    drain = {"SHUTDOWN_DRAIN_SECONDS": "30"}
+    on = ServiceProcess(kubeconfig, workdir, {**drain, "ROUTE_HISTORY_ENTRIES": "20"}).start()
     try:
-        off = ServiceProcess(kubeconfig, workdir, {"ROUTE_HISTORY_ENTRIES": "0"}).start()
+        off = ServiceProcess(kubeconfig, workdir, {**drain, "ROUTE_HISTORY_ENTRIES": "0"}).start()
         try:
 
             def put(svc: ServiceProcess) -> Target:
