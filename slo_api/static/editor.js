@@ -43,7 +43,7 @@ export function loadInto(result) {
   state.draft = toDraft(result.data);
   state.etag = result.headers.get("ETag");
   renderEditor();
-  showHistory(result.data.route, (route) => selectRoute(route, true));
+  showHistory(result.data.route, { reload: (route) => selectRoute(route, true), writing });
 }
 
 export function showPlaceholder(text) {

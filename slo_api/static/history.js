@@ -34,7 +34,9 @@ export function restoreBody(after, current) {
   return body;
 }
 
-export async function showHistory(route, reload) {
+// `actions.reload(route)` loads the route into the form again; `actions.writing(work)` runs a
+// write of the open route so the change it causes is not taken for someone else's.
+export async function showHistory(route, actions) {
   const box = $("history-body");
   if (!box) return;
   const result = await api("GET", "routes/" + encodeURIComponent(route) + "/history?pageSize=" + SHOWN);
@@ -54,7 +56,7 @@ export async function showHistory(route, reload) {
       h("span", { class: "history-actor", text: entry.actor + (entry.via === "slo-api" ? " via slo-api" : "") }),
       h("button", { type: "button", class: "secondary history-restore", text: "Restore",
                     "aria-label": "Restore " + route + " as of " + entry.time,
-                    onclick: () => restore(route, entry, reload) })),
+                    onclick: () => actions.writing(() => restore(route, entry, actions.reload)) })),
     h("ul", { class: "history-changes" },
       (entry.changes || []).map((c) => h("li", { text: changeText(c) })))));
   const more = result.data.total > items.length
