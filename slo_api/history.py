@@ -32,8 +32,9 @@ from typing import Any
 
 import orjson
 
+from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, KubeTimeout
 from slo_api.service import Target
 
 log = logging.getLogger("slo_api.history")
@@ -162,6 +163,22 @@ def _entries(cm: Obj) -> list[Obj]:
 def _owned_by(cm: Obj, uid: str) -> bool:
     refs = (cm.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
+
+
+def _read_error(exc: KubeError) -> ApiError:
+    """What a caller is told when the history cannot be read (never the ConfigMap's name)."""
+    if isinstance(exc, KubeTimeout):
+        return ApiError(504, "the Kubernetes API server did not answer in time")
+    if exc.status in (401, 403):
+        log.error(
+            "RBAC: the API server refused slo-api reading a route's history (%s %s); check "
+            "it may get, create and update configmaps (ClusterRole slo-api:history)",
+            exc.status,
+            exc.reason,
+        )
+    return ApiError(
+        502, "the Kubernetes API server failed reading the history", code="upstream_error"
+    )
 
 
 class History:
@@ -322,7 +339,7 @@ class History:
         except KubeError as exc:
             if exc.status == 404:
                 return []
-            raise
+            raise _read_error(exc) from None
         if not _owned_by(cm, target.uid):
             return []
         return sorted(_entries(cm), key=_order, reverse=True)

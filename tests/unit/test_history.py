@@ -11,8 +11,8 @@ import orjson
 from slo_api.history import History, changed_by, changes_between, history_name, owned_body
 from slo_api.kinds.llm import LLMKind
 from slo_api.kinds.pool import PoolKind
-from slo_api.kube import Resource
-from slo_api.service import Target
+from slo_api.kube import KubeError, Resource
+from slo_api.service import Service, Target
 from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr
 from tests.unit.fakes import FakeKube
 
@@ -169,3 +169,37 @@ async def test_two_replicas_seeing_a_change_around_slo_api_record_it_once() -> N
     await replicas[0].close()
     target = Target.of("a", LLM, after)
     assert [e["id"] for e in await replicas[1].read(target)] == ["500"]
+
+
+async def test_a_history_the_api_server_will_not_give_is_502_naming_nothing(
+    start: Started,
+) -> None:
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
+    async with start(kube) as (client, app):
+        await _ready(app)
+        kube.fail_next = KubeError(403, "Forbidden", "configmaps is forbidden", is_status=True)
+        got = await client.get("/routes/a/history", headers=AUTH)
+        assert got.status_code == 502
+        assert got.json()["error"]["code"] == "upstream_error"
+        assert "cr-1" not in got.text
+
+
+def test_the_index_tells_updates_of_a_held_cr_only() -> None:
+    index = Service.index_for([LLM])
+    seen: list[tuple[int, int]] = []
+    index.on_update(
+        lambda plural, old, new: seen.append((old()["spec"]["priority"], new["spec"]["priority"]))
+    )
+    first = llm_cr("cr-1", priority=1)
+    first["metadata"].update(uid="u1", resourceVersion="5")
+    index.upsert(PLURAL, first)
+    assert seen == []  # an add is not a change of the client's fields
+    second = copy.deepcopy(first)
+    second["spec"]["priority"] = 2
+    second["metadata"]["resourceVersion"] = "6"
+    index.upsert(PLURAL, second)
+    assert seen == [(1, 2)]
+    other = copy.deepcopy(second)
+    other["metadata"].update(uid="u2", resourceVersion="7")
+    index.upsert(PLURAL, other)  # re-created: a new CR, not an update
+    assert seen == [(1, 2)]
