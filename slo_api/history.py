@@ -35,6 +35,7 @@ import orjson
 from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, Obj, spec
 from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.metrics import Metrics
 from slo_api.service import Target
 
 log = logging.getLogger("slo_api.history")
@@ -182,8 +183,11 @@ def _read_error(exc: KubeError) -> ApiError:
 
 
 class History:
-    def __init__(self, kube: Kube, kinds: list[Kind], limit: int) -> None:
+    def __init__(
+        self, kube: Kube, kinds: list[Kind], limit: int, metrics: Metrics | None = None
+    ) -> None:
         self.kube = kube
+        self.metrics = metrics or Metrics()
         self.kinds = {k.resource.plural: k for k in kinds}
         self.limit = limit
         # Per ConfigMap: entries waiting to be stored, and the one task storing them.
@@ -272,6 +276,7 @@ class History:
                         try:
                             await self._store(key, owner, kind, entries)
                         except Exception:
+                            self._count("failed", len(entries))
                             log.exception("history entries could not be stored in %s/%s", *key)
                         start = end
         finally:
@@ -292,6 +297,7 @@ class History:
             # Already there: recorded by the other replica, or by an earlier attempt.
             fresh = [e for e in new if e["id"] not in ids]
             if not fresh:
+                self._count("already", len(new))
                 return
             entries = sorted([*held, *fresh], key=_order)[-self.limit :]
             if not any(e in entries for e in fresh):
@@ -304,13 +310,20 @@ class History:
                     version = (cm.get("metadata") or {}).get("resourceVersion")
                     body["metadata"]["resourceVersion"] = version
                     await self.kube.replace_config_map(namespace, name, body)
+                self._count("stored", len(fresh))
+                self._count("already", len(new) - len(fresh))
                 return
             except KubeError as exc:
                 # Created or changed meanwhile (by the other replica): read it again.
                 if exc.status == 409:
                     continue
                 raise
+        self._count("failed", len(new))
         log.warning("history %s/%s kept changing: %d entries not stored", namespace, name, len(new))
+
+    def _count(self, outcome: str, n: int) -> None:
+        if n:
+            self.metrics.history_entries.labels(outcome).inc(n)
 
     @staticmethod
     def _config_map(namespace: str, name: str, owner: Obj, kind: Kind, entries: list[Obj]) -> Obj:

@@ -46,7 +46,7 @@ class Runtime:
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
-        self.history = History(kube, self.kinds, settings.route_history_entries)
+        self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
         if self.history.enabled:
             # Before the informers start: every update they store is looked at.
             self.index.on_update(self.history.observe)

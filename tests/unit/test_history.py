@@ -157,6 +157,14 @@ async def test_two_replicas_seeing_a_change_around_slo_api_record_it_once() -> N
     cm = kube.config_maps[("ns", "slo-history.llm.cr-1")]
     entries = orjson.loads(cm["data"]["entries"])
     assert len(entries) == 1
+    counted = [
+        {o: r.metrics.history_entries.labels(o)._value.get() for o in ("stored", "already")}
+        for r in replicas
+    ]
+    assert sorted(counted, key=lambda c: c["stored"]) == [
+        {"stored": 0, "already": 1},
+        {"stored": 1, "already": 0},
+    ]
     assert entries[0]["actor"] == entries[0]["via"] == "kubectl-patch"
     assert entries[0]["time"] == "2026-01-03T00:00:00Z"
     assert entries[0]["changes"] == [{"field": "priority", "from": 1, "to": 4}]
