@@ -156,7 +156,12 @@ def _entries(cm: Obj) -> list[Obj]:
     try:
         value = orjson.loads(raw) if raw else []
     except orjson.JSONDecodeError:
-        log.warning("history ConfigMap %s holds unreadable entries: starting it again", cm)
+        meta = cm.get("metadata") or {}
+        log.warning(
+            "history ConfigMap %s/%s holds unreadable entries: starting it again",
+            meta.get("namespace"),
+            meta.get("name"),
+        )
         return []
     return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
