@@ -211,3 +211,19 @@ def test_the_index_tells_updates_of_a_held_cr_only() -> None:
     other["metadata"].update(uid="u2", resourceVersion="7")
     index.upsert(PLURAL, other)  # re-created: a new CR, not an update
     assert seen == [(1, 2)]
+
+
+async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
+    bound = {"type": "replica", "value": 4}
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=3, maximumDeployment=bound)]})
+    async with start(kube) as (client, app):
+        await _ready(app)
+        assert (await client.delete("/routes/a?dryRun=true", headers=AUTH)).is_success
+        assert (await client.get("/routes/a/history", headers=AUTH)).json()["total"] == 0
+        assert (await client.delete("/routes/a", headers=AUTH)).status_code == 204
+        (entry,) = (await client.get("/routes/a/history", headers=AUTH)).json()["items"]
+        assert entry["changes"] == [
+            {"field": "priority", "from": 3, "to": 0},
+            {"field": "maximumDeployment", "from": bound, "to": None},
+        ]
+        assert "maximumDeployment" not in entry["after"]
