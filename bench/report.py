@@ -16,6 +16,7 @@ MEMORY_GOAL_MIB = 20.0  # resident MiB per 10,000 indexed CRs
 PEAK_GOAL = 1.3  # peak resident memory during the sync over the memory after it
 OTHER_ROUTES_NOTE = "50 more routes in a namespace it may not list, so /config filters"
 IDENTITY_GOAL = 0.9  # a Kubernetes identity's req/s over a static token's
+HISTORY_GOAL = 0.9  # PUT req/s recording the history over PUT req/s without it
 
 
 def _n(value: float, digits: int = 0) -> str:
@@ -257,6 +258,22 @@ def render(results: dict[str, Any]) -> str:
             f"{ratio:.2f}",
             f">= {PUT_GOAL}",
             _met(ratio >= PUT_GOAL),
+            f"{_cpu(subject)} / {_cpu(base)}",
+        )
+    if "history" in results:
+        h = results["history"]
+        subject, base = h["put"]["subject"], h["put"]["baseline"]
+        ratio = subject["rps"]["median"] / base["rps"]["median"]
+        row(
+            f"PUT /routes/{{route}} recording the route's history, 16 clients, "
+            f"{int(h['routes']):,} routes (`python -m bench --only history`, {h['ran_at']})",
+            _rps(subject),
+            _lat(subject),
+            _rps(base) + " history off (ROUTE_HISTORY_ENTRIES=0)",
+            _lat(base),
+            f"{ratio:.2f}",
+            f">= {HISTORY_GOAL}",
+            _met(ratio >= HISTORY_GOAL),
             f"{_cpu(subject)} / {_cpu(base)}",
         )
     if "fanout" in results:

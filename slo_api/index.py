@@ -29,6 +29,9 @@ Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
 # What one informer follows: (plural, API group, namespace or "" for every namespace).
 Source = tuple[str, str, str]
+# Told of every stored update of a CR the index already held under the same uid:
+# (plural, the held copy (decoded only if asked), the object as received, managedFields and all).
+Updated = Callable[[str, Callable[[], Obj], Obj], None]
 
 log = logging.getLogger("slo_api.index")
 
@@ -219,6 +222,7 @@ class CRIndex:
         # While listeners run: the source and resourceVersion of what they are told about.
         self.cause: tuple[Source, int] | None = None
         self._cause: tuple[Source, int] | None = None
+        self._updated: list[Updated] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(routes)` after each change with the routes whose derived values
@@ -242,6 +246,10 @@ class CRIndex:
     def _caused(self, plural: str, group: str, namespace: str, rv: int | None) -> None:
         # An event's object carries the event's resourceVersion; a write's result its own.
         self._cause = (self._source(plural, group, namespace), rv or 0)
+
+    def on_update(self, observer: Updated) -> None:
+        """Call `observer` for each update of a held CR (not for adds, deletes or relists)."""
+        self._updated.append(observer)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -358,6 +366,12 @@ class CRIndex:
         self._caused(plural, group, name[0], _rv(obj))
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
+        if old is not None and old.uid == _uid(obj):
+            for observer in self._updated:
+                try:
+                    observer(plural, old.obj, obj)
+                except Exception:
+                    log.exception("index update observer failed")
         return True
 
     def write_through(self, plural: str, obj: Obj) -> bool:

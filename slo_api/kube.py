@@ -157,6 +157,7 @@ class Kube:
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self.timeout = timeout
         self._observe = observe or (lambda verb, code, seconds: None)
 
@@ -372,6 +373,51 @@ class Kube:
         except KubeError as exc:
             status = exc.status
         return status in (200, 401, 403, 404)
+
+    # -- ConfigMaps (a route's history) ----------------------------------------------------
+
+    async def get_config_map(self, namespace: str, name: str) -> Obj:
+        result: Obj = await self._call(
+            "configmap",
+            _json_body(
+                self._core.read_namespaced_config_map(
+                    name, namespace, _request_timeout=self.timeout, _preload_content=False
+                )
+            ),
+        )
+        return result
+
+    async def create_config_map(self, namespace: str, body: Any) -> Obj:
+        result: Obj = await self._call(
+            "configmap",
+            _json_body(
+                self._core.create_namespaced_config_map(
+                    namespace,
+                    body,
+                    field_manager="slo-api",
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                )
+            ),
+        )
+        return result
+
+    async def replace_config_map(self, namespace: str, name: str, body: Any) -> Obj:
+        """A PUT: conditional on the body's metadata.resourceVersion (a stale one is 409)."""
+        result: Obj = await self._call(
+            "configmap",
+            _json_body(
+                self._core.replace_namespaced_config_map(
+                    name,
+                    namespace,
+                    body,
+                    field_manager="slo-api",
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                )
+            ),
+        )
+        return result
 
     async def watch(
         self,

@@ -155,6 +155,12 @@ class Metrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
+        self.history_entries = Counter(
+            "slo_api_history_entries_total",
+            "Route history entries: stored, already there (the other replica's), or failed",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.index_bytes = Gauge(
             "slo_api_index_estimated_bytes",
             "Estimated memory held by the index: the encoded CRs and cached renders, plus a "

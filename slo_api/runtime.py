@@ -11,6 +11,7 @@ from slo_api.auth import TokenStore
 from slo_api.events import EventRecorder
 from slo_api.feed import Feed
 from slo_api.groups import KindWatch
+from slo_api.history import History
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
@@ -46,6 +47,10 @@ class Runtime:
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
+        self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
+        if self.history.enabled:
+            # Before the informers start: every update they store is looked at.
+            self.index.on_update(self.history.observe)
         # Before the informers, so it hears every change they make.
         self.feed = Feed(
             self.service,
@@ -150,4 +155,5 @@ class Runtime:
         self._tasks = []
         await self.recovery.close()
         await self.events.close()
+        await self.history.close()
         await self.kube.close()

@@ -171,6 +171,12 @@ class Settings(BaseSettings):
         description="How often an open change stream's token and visible namespaces are "
         "checked again.",
     )
+    route_history_entries: int = Field(
+        20,
+        ge=0,
+        description="Changes kept per route in its history ConfigMap (0: no history is "
+        "recorded; what is stored stays readable).",
+    )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     docs_enabled: bool = Field(
         True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."

@@ -23,6 +23,7 @@ MODULES = (
     "editor.js",
     "field-errors.js",
     "form.js",
+    "history.js",
     "list.js",
     "live.js",
     "state.js",

@@ -17,6 +17,7 @@ from slo_api.api.schema import (
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
     GET_RESPONSES,
+    HISTORY_RESPONSES,
     PUT_BODY,
     PUT_RESPONSES,
 )
@@ -24,7 +25,8 @@ from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.events import EventRecorder, regarding
 from slo_api.jsonbody import parse_object
-from slo_api.route_names import route_problem
+from slo_api.logs import request_id
+from slo_api.route_names import HISTORY, route_problem
 from slo_api.service import Result, Target, parse_if_match
 
 router = APIRouter()
@@ -72,6 +74,16 @@ def _record_event(request: Request, caller: Caller, write: _Write) -> None:
     events: EventRecorder = request.app.state.runtime.events
     events.record(
         regarding(write.target, write.result.stored), reason, write.result.changed, caller.name
+    )
+
+
+def _record_history(request: Request, caller: Caller, write: _Write) -> None:
+    """The write in the route's history, attributed to the caller the audit line names."""
+    result = write.result
+    if write.target is None or result is None or not result.changed or result.before is None:
+        return
+    request.app.state.runtime.history.record_write(
+        write.target, result.before, result.stored, caller.name, request_id.get()
     )
 
 
@@ -151,6 +163,7 @@ async def put_route(
         write.outcome = 200
         if not dry_run:
             _record_event(request, caller, write)
+            _record_history(request, caller, write)
         return _json(write.result.body, headers={"ETag": write.result.etag})
 
 
@@ -177,7 +190,30 @@ async def delete_route(
             return _json(write.result.body, headers={"ETag": write.result.etag})
         write.outcome = 204
         _record_event(request, caller, write)
+        _record_history(request, caller, write)
         return Response(status_code=204, headers={"ETag": write.result.etag})
+
+
+async def get_history(
+    route: RouteName,
+    rt: RuntimeDep,
+    caller: CallerDep,
+    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
+    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
+) -> Response:
+    _check_route(route)
+    # The same rule as reading the route: a caller who may not read it sees a missing route.
+    target = await rt.access.resolve(caller, route)
+    entries = await rt.history.read(target)
+    start = (page - 1) * page_size
+    return _json(
+        {
+            "items": entries[start : start + page_size],
+            "total": len(entries),
+            "page": page,
+            "pageSize": page_size,
+        }
+    )
 
 
 for prefix, tag, suffix in (
@@ -185,6 +221,16 @@ for prefix, tag, suffix in (
     ("/config", "config (compatible)", "Config"),
 ):
     path = prefix + "/{route:path}"
+    # Before the route itself: `/history` ends no route name (route_names reserves it).
+    router.add_api_route(
+        path + HISTORY,
+        get_history,
+        methods=["GET"],
+        tags=[tag],
+        operation_id=f"getRouteHistory{suffix}",
+        responses=HISTORY_RESPONSES,
+        summary="Who changed the route, when, and from what: newest first",
+    )
     router.add_api_route(
         path,
         get_route,

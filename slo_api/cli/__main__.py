@@ -177,6 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("route", help="route name")
     _dry_run(reset)
+
+    history = add(
+        "history",
+        "show who changed a route, when, and from what (newest first)",
+        commands.cmd_history,
+    )
+    history.add_argument("route", help="route name")
+
+    revert = add(
+        "revert",
+        "put a route back as a history entry left it",
+        commands.cmd_revert,
+        "Sends the entry's body with If-Match from a fresh read: if the route changes in\n"
+        "between, nothing is written and sloctl exits 4. Fields set now that the entry did\n"
+        "not have are removed.",
+    )
+    revert.add_argument("route", help="route name")
+    revert.add_argument("entry", help="the entry's ID (from `sloctl history ROUTE`)")
+    _dry_run(revert)
     return parser
 
 

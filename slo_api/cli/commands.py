@@ -231,6 +231,73 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def cmd_history(client: SloClient, args: argparse.Namespace) -> int:
+    entries = client.history(args.route)
+    if args.output != "table":
+        show(entries, args.output)
+    elif entries:
+        print(output.history_table(entries))
+    else:
+        warn(f"no recorded changes for {args.route}")
+    return ExitCode.OK
+
+
+# What a GET shows that is not the client's to restore (the API's read-only fields).
+READ_ONLY = frozenset({"route", "kind", "status", "highPriority"})
+POOL_READ_ONLY = frozenset({"members", "gpu"})
+
+
+def revert_body(after: Body, current: Body) -> Body:
+    """The PUT that brings `current` back to a history entry's `after`: its fields, and null
+    for each field set now that was not set then (a PUT leaves out-of-body fields alone)."""
+    body: Body = copy.deepcopy(after)
+    body["route"] = current.get("route")
+    pooled = current.get("kind") == "pool"
+    for key in current:
+        if key in READ_ONLY or key == "pool" or key in body:
+            continue
+        body[key] = None
+    if pooled:
+        wanted = body.setdefault("pool", {})
+        for key in current.get("pool") or {}:
+            if key not in POOL_READ_ONLY and key not in wanted:
+                wanted[key] = None
+    return body
+
+
+def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
+    route: str = args.route
+    entries = client.history(route)
+    entry = next((e for e in entries if str(e.get("id")) == args.entry), None)
+    if entry is None or not isinstance(entry.get("after"), dict):
+        raise CliError(
+            f"{route} has no history entry {args.entry!r}",
+            ExitCode.NOT_FOUND,
+            details=("hint: `sloctl history ROUTE` lists the entries",),
+        )
+    current, etag = client.get(route)
+    body = revert_body(entry["after"], current)
+    try:
+        # Conditional on what was just read: a change made meanwhile is not overwritten.
+        stored = client.put(route, body, if_match=etag or "*", dry_run=args.dry_run)
+    except CliError as exc:
+        if exc.status != 412:
+            raise
+        raise CliError(
+            f"{route} changed while it was being reverted; nothing was written",
+            ExitCode.CONFLICT,
+            status=412,
+            details=("hint: look at `sloctl history ROUTE` again, then retry",),
+        ) from None
+    if args.output == "table":
+        done = "would be reverted (dry run)" if args.dry_run else "reverted"
+        print(f"{output.printable(route)}: {done} to {output.printable(args.entry)}")
+        print("\n".join(output.changes(current, stored)) or "  (no visible change)")
+    else:
+        show(stored, args.output)
+    return ExitCode.OK
+
+
 def load_bodies(filename: str) -> tuple[list[Body], bool]:
     """Bodies from a JSON or YAML file (`-` is stdin): one object, a list, or YAML documents."""
     where = "stdin" if filename == "-" else filename

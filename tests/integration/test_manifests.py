@@ -437,8 +437,12 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces(
     cluster_roles = {
         o["metadata"]["name"]: o for o in _load("rbac/rbac.yaml") if o["kind"] == "ClusterRole"
     }
-    # What the cluster-wide deployment grants on the kinds and on Events, per namespace.
-    granted = cluster_roles["slo-api"]["rules"] + cluster_roles["slo-api:events"]["rules"]
+    # What the cluster-wide deployment grants on the kinds, Events and histories, per namespace.
+    granted = (
+        cluster_roles["slo-api"]["rules"]
+        + cluster_roles["slo-api:events"]["rules"]
+        + cluster_roles["slo-api:history"]["rules"]
+    )
     roles = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "Role"}
     bindings = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "RoleBinding"}
     assert sorted(roles) == sorted(watched)
