@@ -48,6 +48,11 @@ def namespace_list(value: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
 
 
+def manager_list(value: str) -> tuple[str, ...]:
+    """The field managers a `GITOPS_*` setting names."""
+    return tuple(m.strip() for m in value.split(",") if m.strip())
+
+
 def _selector_problem(selector: str) -> str | None:
     """Why the API server would refuse a label selector, or None."""
     # Commas separate requirements, except inside the parentheses of `in` and `notin`.
@@ -158,6 +163,21 @@ class Settings(BaseSettings):
     )
     watch_history_events: int = Field(
         16384, ge=16, description="Changes kept for resuming a stream with `since`."
+    )
+    gitops_managers: str = Field(
+        "argocd-controller,kustomize-controller,helm-controller,helm",
+        description="Field managers that are GitOps tools, comma-separated: a write that "
+        "would change a field one of them owns is 409 field_managed (unless force=true).",
+    )
+    gitops_client_side_managers: str = Field(
+        "kubectl-client-side-apply,flux-client-side-apply",
+        description="Client-side apply managers, GitOps tools on a CR that carries an Argo CD, "
+        "Flux or Helm marker, for the fields in its last-applied configuration.",
+    )
+    gitops_co_owners: str = Field(
+        "",
+        description="GitOps managers configured to leave slo-api's fields alone (Argo CD's "
+        "ignoreDifferences, Flux's ignore rules): writes to their fields go through.",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     docs_enabled: bool = Field(
