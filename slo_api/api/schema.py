@@ -100,6 +100,14 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 _COMMON = (400, 401, 403, 404, 409, 502, 503, 504)
 _ETAG = {"ETag": {"description": "The CR's resourceVersion, quoted", "schema": {"type": "string"}}}
+_WRITTEN = {
+    **_ETAG,
+    "Warning": {
+        "description": 'With force=true over fields a GitOps tool manages: 299 - "forced over '
+        '<manager> (<fields>): ..." (the tool will revert the change at its next sync)',
+        "schema": {"type": "string"},
+    },
+}
 GET_RESPONSES = {
     200: {
         "description": "The route",
@@ -112,15 +120,16 @@ PUT_RESPONSES = {
     200: {
         "description": "The stored (or, with dryRun, would-be) route; when the body changes "
         "nothing, the route as stored (no write, no Event)",
-        "headers": _ETAG,
+        "headers": _WRITTEN,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
     **_errors(*_COMMON, 412, 413, 415),
 }
 DELETE_RESPONSES = {
-    204: {"description": "Reset", "headers": _ETAG},
+    204: {"description": "Reset", "headers": _WRITTEN},
     200: {
         "description": "With dryRun: the would-be route",
+        "headers": _WRITTEN,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
     **_errors(*_COMMON, 412),
