@@ -348,6 +348,11 @@ class Service:
             owners = self.ownership.owners(current)
             overridden = [owners[f] for f in sorted(spec_patch) if f in owners]
             if overridden and not force:
+                # Refused only on what the API server holds now: the index's copy may be from
+                # before the tool gave the field up.
+                if not fresh:
+                    current, fresh = await self._fresh(target), True
+                    continue
                 raise field_managed(target.kind, overridden)
             patch: Obj = {
                 "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},

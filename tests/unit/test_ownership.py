@@ -193,3 +193,18 @@ async def test_full_view_and_pool_fields_carry_managed(start: Started) -> None:
         put = await client.put("/routes/gpu", json={"pool": {"swapBudget": "60s"}}, headers=AUTH)
         assert put.status_code == 409
         assert put.json()["error"]["causes"][0]["field"] == "pool.swapBudget"
+
+
+async def test_a_stale_index_cannot_refuse_a_write_either(start: Started) -> None:
+    cr = owned(llm_cr("cr-1", route="a"), applied_by("argocd-controller", "priority"))
+    kube = FakeKube({PLURAL: [cr]})
+    async with start(kube) as (client, app):
+        await _ready(app)
+        # The field was handed over (say, Argo CD stopped managing the CR): the index lags.
+        obj = kube.objects[(PLURAL, "ns", "cr-1")]
+        obj["metadata"]["managedFields"] = [applied_by("kubectl-edit", "priority")]
+        kube.rv += 1
+        obj["metadata"]["resourceVersion"] = str(kube.rv)
+        put = await client.put("/routes/a", json={"priority": 7}, headers=AUTH)
+        assert put.status_code == 200, put.text
+        assert kube.objects[(PLURAL, "ns", "cr-1")]["spec"]["priority"] == 7
