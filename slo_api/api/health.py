@@ -25,6 +25,7 @@ MODULES = (
     "form.js",
     "list.js",
     "live.js",
+    "managed.js",
     "state.js",
     "token.js",
 )
