@@ -111,12 +111,20 @@ class Ownership:
     ) -> Ownership:
         return cls(frozenset(managers), frozenset(client_side), frozenset(co_owners))
 
-    def _counts(self, manager: str, field: str, tool: str | None, applied: frozenset[str]) -> bool:
+    def _client_side_fields(self, obj: Obj, entries: list[Any]) -> frozenset[str]:
+        """The fields a client-side apply manager may own: none without a GitOps marker, else
+        those of the last-applied configuration. Read only for CRs with such a manager: the
+        annotation is parsed at every watch event otherwise."""
+        if not any(isinstance(e, dict) and e.get("manager") in self.client_side for e in entries):
+            return frozenset()
+        return last_applied(obj) if marker(obj) is not None else frozenset()
+
+    def _counts(self, manager: str, field: str, applied: frozenset[str]) -> bool:
         if manager in self.co_owners:
             return False
         if manager in self.managers:
             return True
-        return manager in self.client_side and tool is not None and field in applied
+        return manager in self.client_side and field in applied
 
     def owners(self, obj: Obj) -> dict[str, Owner]:
         """Per client-owned field below spec, the GitOps tool that would revert a change."""
@@ -126,14 +134,14 @@ class Ownership:
             return {}
         if _dict(meta.get("annotations")).get(CO_OWNED) == "true":
             return {}
-        tool, applied = marker(obj), last_applied(obj)
+        applied = self._client_side_fields(obj, entries)
         out: dict[str, Owner] = {}
         for entry in entries:
             if not isinstance(entry, dict):
                 continue
             manager = str(entry.get("manager", ""))
             for field in _fields(entry):
-                if field not in out and self._counts(manager, field, tool, applied):
+                if field not in out and self._counts(manager, field, applied):
                     out[field] = Owner(
                         field,
                         manager,
@@ -151,13 +159,14 @@ class Ownership:
             return obj
         rest = {k: v for k, v in meta.items() if k != "managedFields"}
         entries = meta.get("managedFields")
-        tool, applied = marker(obj), last_applied(obj)
+        entries = entries if isinstance(entries, list) else []
+        applied = self._client_side_fields(obj, entries)
         kept = []
-        for entry in entries if isinstance(entries, list) else []:
+        for entry in entries:
             if not isinstance(entry, dict):
                 continue
             manager = str(entry.get("manager", ""))
-            fields = [f for f in _fields(entry) if self._counts(manager, f, tool, applied)]
+            fields = [f for f in _fields(entry) if self._counts(manager, f, applied)]
             if fields:
                 kept.append(
                     {
