@@ -176,3 +176,23 @@ async def test_co_owners_declared_by_setting_take_the_write(
         put = await service.put(f"/routes/{route}", {"priority": 9})
         assert put.status_code == 200, put.text
         assert _stored(admin, namespace)["spec"]["priority"] == 9
+
+
+async def test_a_pool_field_helm_applied_is_named_as_the_api_names_it(
+    admin: Admin, namespace: str, service: RunningService
+) -> None:
+    name = f"pool-{namespace}"
+    admin.apply(
+        crs.pool(namespace, name, ["member-a"], swapPolicy="sticky", swapBudget="300s"),
+        field_manager="helm",
+    )
+    await service.eventually(lambda: service.indexed(name), what="indexed")
+    read = (await service.get(f"/routes/{name}")).json()
+    assert read["managed"] == {"pool.swapBudget": "helm", "pool.swapPolicy": "helm"}
+    put = await service.put(f"/routes/{name}", {"pool": {"swapBudget": "90s"}})
+    assert put.status_code == 409, put.text
+    assert put.json()["error"]["causes"][0]["field"] == "pool.swapBudget"
+    assert admin.get(crs.POOL, "ModelPool", namespace, name)["spec"]["swapBudget"] == "300s"
+    # reclaimAfter was not in the chart: it is the client's.
+    other = await service.put(f"/routes/{name}", {"pool": {"reclaimAfter": "5m"}})
+    assert other.status_code == 200, other.text
