@@ -34,7 +34,7 @@ _REQUIREMENT = re.compile(
 API_SERVER_BOOKMARK_SECONDS = 60
 # Environment variables of these prefixes are slo-api's: one it does not know is most likely a
 # misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL.
-OWN_PREFIXES = ("SLO_API_", "WATCH_")
+OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_")
 READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
