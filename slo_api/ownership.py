@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -111,6 +112,11 @@ class Ownership:
     ) -> Ownership:
         return cls(frozenset(managers), frozenset(client_side), frozenset(co_owners))
 
+    @cached_property
+    def _candidates(self) -> frozenset[str]:
+        """Every manager that may make a field managed."""
+        return (self.managers | self.client_side) - self.co_owners
+
     def _client_side_fields(self, obj: Obj, entries: list[Any]) -> frozenset[str]:
         """The fields a client-side apply manager may own: none without a GitOps marker, else
         those of the last-applied configuration. Read only for CRs with such a manager: the
@@ -160,6 +166,10 @@ class Ownership:
         rest = {k: v for k, v in meta.items() if k != "managedFields"}
         entries = meta.get("managedFields")
         entries = entries if isinstance(entries, list) else []
+        candidates = self._candidates
+        # Most CRs: no GitOps manager at all, dropped as cheaply as before.
+        if not any(isinstance(e, dict) and e.get("manager") in candidates for e in entries):
+            return {**obj, "metadata": rest}
         applied = self._client_side_fields(obj, entries)
         kept = []
         for entry in entries:
