@@ -109,9 +109,10 @@ class Admin:
 
     # -- objects ---------------------------------------------------------------------------
 
-    def apply(self, obj: Obj, dry_run: bool = False) -> Obj:
-        """Server-side apply: creates or updates, idempotently."""
-        params = {"fieldManager": "slo-api-harness", "force": "true"}
+    def apply(self, obj: Obj, dry_run: bool = False, field_manager: str = "slo-api-harness") -> Obj:
+        """Server-side apply: creates or updates, idempotently. `field_manager` is who
+        `managedFields` says applied it (a GitOps tool, in the field-ownership tests)."""
+        params = {"fieldManager": field_manager, "force": "true"}
         if dry_run:
             params["dryRun"] = "All"
         result: Obj = self.request(
@@ -122,8 +123,9 @@ class Admin:
     def apply_all(self, objs: Iterable[Obj], dry_run: bool = False) -> list[Obj]:
         return [self.apply(obj, dry_run=dry_run) for obj in objs]
 
-    def create(self, obj: Obj) -> Obj:
-        result: Obj = self.request("POST", self._obj_path(obj, named=False), obj)
+    def create(self, obj: Obj, field_manager: str | None = None) -> Obj:
+        params = {"fieldManager": field_manager} if field_manager else None
+        result: Obj = self.request("POST", self._obj_path(obj, named=False), obj, params=params)
         return result
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj:

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    412: "precondition_failed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    500: "internal_error",
-    502: "upstream_error",
-    503: "not_ready",
-    504: "upstream_timeout",
+# Every error code with its HTTP status: the one list (the OpenAPI document names them from
+# it). The first code of a status is the one an error that names only its status gets.
+ERRORS: dict[str, int] = {
+    "invalid_request": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "field_managed": 409,
+    "expired": 410,
+    "precondition_failed": 412,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "too_many_requests": 429,
+    "internal_error": 500,
+    "upstream_error": 502,
+    "not_ready": 503,
+    "unavailable": 503,
+    "upstream_timeout": 504,
 }
+CODES: dict[int, str] = {}
+for _code, _status in ERRORS.items():
+    CODES.setdefault(_status, _code)
 
 
 class ApiError(Exception):

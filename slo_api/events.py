@@ -74,8 +74,12 @@ class EventRecorder:
             r: metrics.events.labels(r) for r in ("recorded", "failed", "dropped", "suppressed")
         }
 
-    def record(self, regarding: Obj, reason: str, fields: list[str], by: str) -> None:
-        """Start recording an Event on the CR `regarding`; returns at once."""
+    def record(
+        self, regarding: Obj, reason: str, fields: list[str], by: str, forced: str = ""
+    ) -> None:
+        """Start recording an Event on the CR `regarding`; returns at once.
+
+        `forced` names the GitOps tools a forced write overrode (they will revert it)."""
         meta = regarding.get("metadata") or {}
         unrecorded = self._spend((str(meta.get("namespace")), str(meta.get("name"))))
         if unrecorded is None:
@@ -85,7 +89,7 @@ class EventRecorder:
             # The API server is too slow to keep up: drop rather than hold memory.
             self._counts["dropped"].inc()
             return
-        task = asyncio.create_task(self._send(regarding, reason, fields, by, unrecorded))
+        task = asyncio.create_task(self._send(regarding, reason, fields, by, unrecorded, forced))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -104,12 +108,20 @@ class EventRecorder:
         return unrecorded
 
     def event(
-        self, regarding: Obj, reason: str, fields: list[str], by: str, unrecorded: int = 0
+        self,
+        regarding: Obj,
+        reason: str,
+        fields: list[str],
+        by: str,
+        unrecorded: int = 0,
+        forced: str = "",
     ) -> Obj:
         meta = regarding.get("metadata") or {}
         verb = "reset" if reason == "SLOReset" else "changed"
         what = ", ".join(fields) if fields else "no fields"
         note = f"{by} {verb} {what} through slo-api"
+        if forced:
+            note += f", forced over {forced} (which will revert it at its next sync)"
         if unrecorded:
             note += f" ({unrecorded} earlier writes not recorded as Events: see the audit log)"
         now = datetime.datetime.now(datetime.UTC)
@@ -139,9 +151,9 @@ class EventRecorder:
         }
 
     async def _send(
-        self, regarding: Obj, reason: str, fields: list[str], by: str, unrecorded: int
+        self, regarding: Obj, reason: str, fields: list[str], by: str, unrecorded: int, forced: str
     ) -> None:
-        event = self.event(regarding, reason, fields, by, unrecorded)
+        event = self.event(regarding, reason, fields, by, unrecorded, forced)
         try:
             async with self._sending:
                 await self.kube.create_event(event["metadata"]["namespace"], event)

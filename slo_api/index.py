@@ -190,8 +190,11 @@ class Entry:
 
 
 class CRIndex:
-    def __init__(self, kinds: Iterable[IndexedKind]) -> None:
+    def __init__(self, kinds: Iterable[IndexedKind], trim: Callable[[Obj], Obj] = slim) -> None:
         self.kinds = {k.plural: k for k in kinds}
+        # What of an object is stored: by default without managedFields; the service keeps
+        # the GitOps ownership its writes check (see slo_api/ownership.py).
+        self._trim = trim
         # The copy shown of each CR: the most preferred group's.
         self._objects: dict[str, dict[Name, Entry]] = {p: {} for p in self.kinds}
         # Every group's copy, only for the CRs held under more than one group (a migration);
@@ -339,9 +342,9 @@ class CRIndex:
     # `group` is the API group the object was read from; by default that of its apiVersion.
 
     def entry(self, plural: str, obj: Obj, group: str | None = None) -> Entry:
-        """The compact form in which the index keeps `obj` (without managedFields)."""
+        """The compact form in which the index keeps `obj` (trimmed: see __init__)."""
         kind = self.kinds[plural]
-        obj = slim(obj)
+        obj = self._trim(obj)
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
         return Entry(

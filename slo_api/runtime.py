@@ -16,9 +16,10 @@ from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
+from slo_api.ownership import Ownership
 from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
-from slo_api.settings import Settings, namespace_list
+from slo_api.settings import Settings, manager_list, namespace_list
 from slo_api.visible import VisiblePages
 
 log = logging.getLogger("slo_api")
@@ -41,8 +42,13 @@ class Runtime:
         self.kube = kube
         self.metrics = metrics
         self.kinds: list[Kind] = build_kinds(settings)
-        self.index: CRIndex = Service.index_for(self.kinds)
-        self.service = Service(kube, self.kinds, self.index)
+        ownership = Ownership.of(
+            manager_list(settings.gitops_managers),
+            manager_list(settings.gitops_client_side_managers),
+            manager_list(settings.gitops_co_owners),
+        )
+        self.index: CRIndex = Service.index_for(self.kinds, ownership)
+        self.service = Service(kube, self.kinds, self.index, ownership)
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.visible = VisiblePages(self.service, self.index)

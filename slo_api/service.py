@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -13,6 +13,7 @@ from slo_api.index import CRIndex, IndexedKind
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
+from slo_api.ownership import Owner, Ownership
 from slo_api.upstream import to_api_error
 
 PAGE_CACHE_SIZE = 32
@@ -71,6 +72,15 @@ class Result:
     stored: Obj
     # A write's: the CR the patch was conditional on (exactly the version it changed).
     before: Obj | None = None
+    # A forced write: the GitOps-owned fields it changed anyway (each tool will revert them).
+    forced: list[Owner] = field(default_factory=list)
+
+    def forced_over(self) -> str:
+        """The managers a forced write overrode, with their fields, for the audit and Event."""
+        return "; ".join(
+            f"{manager} ({', '.join(o.field for o in self.forced if o.manager == manager)})"
+            for manager in sorted({o.manager for o in self.forced})
+        )
 
 
 def _rv(obj: Obj) -> str:
@@ -110,25 +120,59 @@ def parse_if_match(header: str | None) -> str | None:
     return value[1:-1]
 
 
+def field_managed(kind: Kind, owners: list[Owner]) -> ApiError:
+    """The 409 of a write that a GitOps tool would revert: nothing was written."""
+    names = [kind.api_field(o.field) for o in owners]
+    managers = sorted({o.manager for o in owners})
+    message = (
+        f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} managed by "
+        f"{', '.join(managers)}, which would revert this change at its next sync: make the "
+        "change in the source it syncs from (Git, the chart's values), or send force=true "
+        "to write it anyway"
+    )
+    return ApiError(
+        409,
+        message,
+        code="field_managed",
+        field=names[0],
+        causes=[
+            {
+                "field": name,
+                "manager": o.manager,
+                "operation": o.operation,
+                "time": o.time,
+                "message": f"{name} is managed by {o.manager}",
+            }
+            for name, o in zip(names, owners, strict=True)
+        ],
+    )
+
+
 class Service:
-    def __init__(self, kube: Kube, kinds: list[Kind], index: CRIndex) -> None:
+    def __init__(
+        self, kube: Kube, kinds: list[Kind], index: CRIndex, ownership: Ownership | None = None
+    ) -> None:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
+        self.ownership = ownership or Ownership()
         self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
         self._pages_generation = -1
 
     @staticmethod
-    def index_for(kinds: list[Kind]) -> CRIndex:
+    def index_for(kinds: list[Kind], ownership: Ownership | None = None) -> CRIndex:
         return CRIndex(
-            IndexedKind(
-                k.name,
-                k.resource.plural,
-                k.route_of,
-                k.members_of if k.groups_routes else None,
-                k.groups,
-            )
-            for k in kinds
+            (
+                IndexedKind(
+                    k.name,
+                    k.resource.plural,
+                    k.route_of,
+                    k.members_of if k.groups_routes else None,
+                    k.groups,
+                )
+                for k in kinds
+            ),
+            (ownership or Ownership()).trim,
         )
 
     # -- resolving -------------------------------------------------------------------------
@@ -192,7 +236,16 @@ class Service:
         }
 
     def project(self, kind: Kind, obj: Obj, pools: PoolLookup | None = None) -> Obj:
-        return kind.project(obj, self.pool_of if pools is None else pools)
+        body = kind.project(obj, self.pool_of if pools is None else pools)
+        managed = self.managed(kind, obj)
+        if managed:
+            body["managed"] = managed
+        return body
+
+    def managed(self, kind: Kind, obj: Obj) -> dict[str, str]:
+        """Read-only `managed`: each client-owned field a GitOps tool owns, and that tool."""
+        owners = self.ownership.owners(obj)
+        return {kind.api_field(f): owners[f].manager for f in sorted(owners)}
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -225,6 +278,7 @@ class Service:
         if_match: str | None,
         dry_run: bool,
         pools: PoolLookup | None = None,
+        force: bool = False,
     ) -> Result:
         sent_route = data.get("route")
         if sent_route is not None and sent_route != target.route:
@@ -238,6 +292,7 @@ class Service:
             if_match,
             dry_run,
             pools,
+            force,
         )
 
     async def reset(
@@ -247,8 +302,9 @@ class Service:
         if_match: str | None,
         dry_run: bool,
         pools: PoolLookup | None = None,
+        force: bool = False,
     ) -> Result:
-        return await self._apply(target, target.kind.reset_patch, if_match, dry_run, pools)
+        return await self._apply(target, target.kind.reset_patch, if_match, dry_run, pools, force)
 
     async def _apply(
         self,
@@ -257,6 +313,7 @@ class Service:
         if_match: str | None,
         dry_run: bool,
         pools: PoolLookup | None,
+        force: bool = False,
     ) -> Result:
         """Patch the route's CR with what `changes(current)` changes, computed from the very
         object the patch is conditional on (its uid and resourceVersion).
@@ -267,6 +324,11 @@ class Service:
         version is the only one a write may apply to. A write that changes nothing sends no
         patch: the answer is the CR as the API server holds it (read fresh, since the index's
         copy may lag and the change computed from it be wrongly empty).
+
+        Fields a GitOps tool owns are checked on that same object too (the index keeps their
+        ownership; what the patch is conditional on is what was checked): a change to one is
+        refused, or with `force` written and reported, before anything is sent, so a dry run
+        answers as the write would.
         """
         current = target.obj
         fresh = False
@@ -285,6 +347,15 @@ class Service:
                 return Result(
                     self.project(target.kind, current, pools), etag_of(current), [], current
                 )
+            owners = self.ownership.owners(current)
+            overridden = [owners[f] for f in sorted(spec_patch) if f in owners]
+            if overridden and not force:
+                # Refused only on what the API server holds now: the index's copy may be from
+                # before the tool gave the field up.
+                if not fresh:
+                    current, fresh = await self._fresh(target), True
+                    continue
+                raise field_managed(target.kind, overridden)
             patch: Obj = {
                 "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},
                 "spec": spec_patch,
@@ -308,6 +379,7 @@ class Service:
                 sorted(spec_patch),
                 obj,
                 before=current,
+                forced=overridden,
             )
         raise ApiError(409, f"route {target.route!r} kept changing during the write: retry")
 

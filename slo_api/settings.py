@@ -34,7 +34,7 @@ _REQUIREMENT = re.compile(
 API_SERVER_BOOKMARK_SECONDS = 60
 # Environment variables of these prefixes are slo-api's: one it does not know is most likely a
 # misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL.
-OWN_PREFIXES = ("SLO_API_", "WATCH_")
+OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_")
 READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
@@ -46,6 +46,11 @@ def group_list(value: str) -> tuple[str, ...]:
 def namespace_list(value: str) -> tuple[str, ...]:
     """The namespaces `WATCH_NAMESPACES` names; empty for every namespace."""
     return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
+
+
+def manager_list(value: str) -> tuple[str, ...]:
+    """The field managers a `GITOPS_*` setting names."""
+    return tuple(m.strip() for m in value.split(",") if m.strip())
 
 
 def _selector_problem(selector: str) -> str | None:
@@ -176,6 +181,21 @@ class Settings(BaseSettings):
         ge=0,
         description="Changes kept per route in its history ConfigMap (0: no history is "
         "recorded; what is stored stays readable).",
+    )
+    gitops_managers: str = Field(
+        "argocd-controller,kustomize-controller,helm-controller,helm",
+        description="Field managers that are GitOps tools, comma-separated: a write that "
+        "would change a field one of them owns is 409 field_managed (unless force=true).",
+    )
+    gitops_client_side_managers: str = Field(
+        "kubectl-client-side-apply,flux-client-side-apply",
+        description="Client-side apply managers, GitOps tools on a CR that carries an Argo CD, "
+        "Flux or Helm marker, for the fields in its last-applied configuration.",
+    )
+    gitops_co_owners: str = Field(
+        "",
+        description="GitOps managers configured to leave slo-api's fields alone (Argo CD's "
+        "ignoreDifferences, Flux's ignore rules): writes to their fields go through.",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     docs_enabled: bool = Field(

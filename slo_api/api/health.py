@@ -26,6 +26,7 @@ MODULES = (
     "history.js",
     "list.js",
     "live.js",
+    "managed.js",
     "state.js",
     "token.js",
 )

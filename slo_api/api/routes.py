@@ -34,6 +34,13 @@ audit = logging.getLogger("slo_api.audit")
 
 RouteName = Annotated[str, Path(description="The route: an LLM or job serviceId, or a pool name.")]
 DryRun = Annotated[bool, Query(alias="dryRun", description="Validate fully; store nothing.")]
+Force = Annotated[
+    bool,
+    Query(
+        description="Write even fields a GitOps tool owns (409 field_managed without it); "
+        "the answer's Warning header names the tool that will revert the change."
+    ),
+]
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="A strong ETag, or *.")]
 IfNoneMatch = Annotated[str | None, Header(alias="If-None-Match")]
 
@@ -66,6 +73,19 @@ class _Write:
     outcome: int = 500
 
 
+def _warning(result: Result) -> dict[str, str]:
+    """A forced write's `Warning` header, in the API server's form (RFC 7234: 299 - "text")."""
+    if not result.forced:
+        return {}
+    text = (
+        f"forced over {result.forced_over()}: it will revert this change at its next sync "
+        "unless the change is made in the source it syncs from"
+    )
+    # A header is Latin-1 and the text is quoted: nothing else may pass.
+    text = text.encode("ascii", "replace").decode().replace("\\", "\\\\").replace('"', '\\"')
+    return {"Warning": f'299 - "{text}"'}
+
+
 def _record_event(request: Request, caller: Caller, write: _Write) -> None:
     """An Event on the CR written, naming who changed which fields (none for a no-op)."""
     if write.target is None or write.result is None or not write.result.changed:
@@ -73,7 +93,11 @@ def _record_event(request: Request, caller: Caller, write: _Write) -> None:
     reason = "SLOReset" if request.method == "DELETE" else "SLOUpdated"
     events: EventRecorder = request.app.state.runtime.events
     events.record(
-        regarding(write.target, write.result.stored), reason, write.result.changed, caller.name
+        regarding(write.target, write.result.stored),
+        reason,
+        write.result.changed,
+        caller.name,
+        forced=write.result.forced_over(),
     )
 
 
@@ -113,6 +137,8 @@ def _audited(request: Request, route: str, caller: Caller, dry_run: bool) -> Ite
                 "uid": target.uid if target is not None else None,
                 "method": request.method,
                 "fields": write.result.changed if write.result else None,
+                # A forced write: the GitOps tools (and fields) it overrode, who will revert it.
+                "forced": write.result.forced_over() or None if write.result else None,
                 "dry_run": dry_run,
                 "role": caller.role,
                 "user": caller.name,
@@ -141,6 +167,7 @@ async def put_route(
     caller: CallerDep,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
+    force: Force = False,
 ) -> Response:
     _check_route(route)
     with _audited(request, route, caller, dry_run) as write:
@@ -159,12 +186,15 @@ async def put_route(
             if_match=parse_if_match(if_match),
             dry_run=dry_run,
             pools=await rt.access.pools(caller, target),
+            force=force,
         )
         write.outcome = 200
         if not dry_run:
             _record_event(request, caller, write)
             _record_history(request, caller, write)
-        return _json(write.result.body, headers={"ETag": write.result.etag})
+        return _json(
+            write.result.body, headers={"ETag": write.result.etag, **_warning(write.result)}
+        )
 
 
 async def delete_route(
@@ -174,6 +204,7 @@ async def delete_route(
     caller: CallerDep,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
+    force: Force = False,
 ) -> Response:
     _check_route(route)
     with _audited(request, route, caller, dry_run) as write:
@@ -184,14 +215,16 @@ async def delete_route(
             if_match=parse_if_match(if_match),
             dry_run=dry_run,
             pools=await rt.access.pools(caller, target),
+            force=force,
         )
+        headers = {"ETag": write.result.etag, **_warning(write.result)}
         if dry_run:
             write.outcome = 200
-            return _json(write.result.body, headers={"ETag": write.result.etag})
+            return _json(write.result.body, headers=headers)
         write.outcome = 204
         _record_event(request, caller, write)
         _record_history(request, caller, write)
-        return Response(status_code=204, headers={"ETag": write.result.etag})
+        return Response(status_code=204, headers=headers)
 
 
 async def get_history(

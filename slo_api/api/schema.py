@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from slo_api.errors import ERRORS
 from slo_api.kinds.job import JobBody
 from slo_api.kinds.llm import LLMBody
 from slo_api.kinds.pool import PoolBody
@@ -14,14 +15,17 @@ from slo_api.kinds.pool import PoolBody
 class ErrorCause(BaseModel):
     field: str
     message: str
+    manager: str | None = Field(
+        None, description="field_managed: the GitOps tool that owns the field."
+    )
+    operation: str | None = Field(None, description="field_managed: Apply or Update.")
+    time: str | None = Field(None, description="field_managed: when the tool last set it.")
 
 
 class ErrorDetail(BaseModel):
     code: str = Field(
-        description="invalid_request, unauthorized, forbidden, not_found, "
-        "method_not_allowed, conflict, precondition_failed, "
-        "payload_too_large, unsupported_media_type, not_ready, unavailable, "
-        "upstream_error, upstream_timeout or internal_error"
+        description=", ".join(f"{code} ({status})" for code, status in ERRORS.items()),
+        json_schema_extra={"enum": list(ERRORS)},
     )
     message: str
     field: str | None = None
@@ -117,7 +121,8 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "A read token on a write, RBAC denies the Kubernetes identity this verb, or "
         "(watch) it may list and watch the kind in no namespace",
         404: "No such route, or none of its CRs the caller may read",
-        409: "The route is claimed by more than one CR",
+        409: "The route is claimed by more than one CR (conflict), or the write would change a "
+        "field a GitOps tool owns (field_managed: its causes name each field and manager)",
         412: "If-Match did not match",
         413: "Body too large",
         415: "Body not JSON",
@@ -133,6 +138,14 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 _COMMON = (400, 401, 403, 404, 409, 502, 503, 504)
 _ETAG = {"ETag": {"description": "The CR's resourceVersion, quoted", "schema": {"type": "string"}}}
+_WRITTEN = {
+    **_ETAG,
+    "Warning": {
+        "description": 'With force=true over fields a GitOps tool manages: 299 - "forced over '
+        '<manager> (<fields>): ..." (the tool will revert the change at its next sync)',
+        "schema": {"type": "string"},
+    },
+}
 GET_RESPONSES = {
     200: {
         "description": "The route",
@@ -153,15 +166,16 @@ PUT_RESPONSES = {
     200: {
         "description": "The stored (or, with dryRun, would-be) route; when the body changes "
         "nothing, the route as stored (no write, no Event)",
-        "headers": _ETAG,
+        "headers": _WRITTEN,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
     **_errors(*_COMMON, 412, 413, 415),
 }
 DELETE_RESPONSES = {
-    204: {"description": "Reset", "headers": _ETAG},
+    204: {"description": "Reset", "headers": _WRITTEN},
     200: {
         "description": "With dryRun: the would-be route",
+        "headers": _WRITTEN,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
     **_errors(*_COMMON, 412),

@@ -48,7 +48,9 @@ keys (dotted paths as `sloctl get` shows them):
 Values that read as JSON (numbers, true/false, null, [..], {..}, "..") are sent as JSON,
 anything else as a string. set reads the route, changes it, and sends only the changed
 top-level fields (a changed section such as ttft goes whole) with If-Match; if the route
-changed meanwhile it re-reads and retries up to 3 times."""
+changed meanwhile it re-reads and retries up to 3 times. `get` shows the fields a GitOps tool
+manages under managed.*: changing one is refused (change it where the tool syncs from), unless
+--force, which writes it anyway and prints the server's warning."""
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -152,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     setter.add_argument("route", help="route name")
     setter.add_argument("assignments", nargs="+", metavar="key=value")
     setter.add_argument(
-        "--force", action="store_true", help="write without If-Match, over concurrent changes"
+        "--force",
+        action="store_true",
+        help="write without If-Match (over concurrent changes) and over fields a GitOps tool "
+        "manages (it will revert them at its next sync)",
     )
     _dry_run(setter)
 
@@ -168,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "-f", "--filename", required=True, metavar="FILE", help="JSON or YAML file; - for stdin"
     )
+    _force(apply)
     _dry_run(apply)
 
     reset = add(
@@ -176,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands.cmd_reset,
     )
     reset.add_argument("route", help="route name")
+    _force(reset)
     _dry_run(reset)
 
     history = add(
@@ -197,6 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     revert.add_argument("entry", help="the entry's ID (from `sloctl history ROUTE`)")
     _dry_run(revert)
     return parser
+
+
+def _force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write over fields a GitOps tool manages (it will revert them at its next sync)",
+    )
 
 
 def _dry_run(parser: argparse.ArgumentParser) -> None:

@@ -69,6 +69,8 @@ class SloClient:
         # Keep any path prefix: a gateway may serve the API under one.
         self.server = server.rstrip("/")
         self.timeout = timeout
+        # The Warning headers of the answers so far (a forced write names who will revert it).
+        self.warnings: list[str] = []
         headers = {"Accept": "application/json", "User-Agent": "sloctl"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -175,7 +177,13 @@ class SloClient:
         return self._json_object(response), response.headers.get("ETag")
 
     def put(
-        self, route: str, body: Body, *, if_match: str | None = None, dry_run: bool = False
+        self,
+        route: str,
+        body: Body,
+        *,
+        if_match: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
     ) -> Body:
         headers = {"Content-Type": "application/json"}
         if if_match:
@@ -183,15 +191,15 @@ class SloClient:
         response = self._send(
             "PUT",
             self._route_path(route),
-            params=_dry_run(dry_run),
+            params=_params(dry_run, force),
             content=encode_body(body),
             headers=headers,
         )
         return self._json_object(response)
 
-    def delete(self, route: str, *, dry_run: bool = False) -> Body | None:
+    def delete(self, route: str, *, dry_run: bool = False, force: bool = False) -> Body | None:
         """Reset a route; the would-be (dry run) or stored body when the server sends one."""
-        response = self._send("DELETE", self._route_path(route), params=_dry_run(dry_run))
+        response = self._send("DELETE", self._route_path(route), params=_params(dry_run, force))
         if response.status_code == 204 or not response.content:
             return None
         return self._json_object(response)
@@ -229,6 +237,8 @@ class SloClient:
             raise CliError(f"talking to {self.server} failed: {exc}", ExitCode.SERVER) from None
         if response.status_code >= 300:
             raise error_from_response(response)
+        # A forced write's Warning (which GitOps tool will revert it): for the command to show.
+        self.warnings.extend(_warning_text(w) for w in response.headers.get_list("Warning"))
         return response
 
     def _json_object(self, response: httpx.Response) -> Body:
@@ -246,8 +256,22 @@ class SloClient:
         return data
 
 
-def _dry_run(dry_run: bool) -> dict[str, str | int] | None:
-    return {"dryRun": "true"} if dry_run else None
+def _params(dry_run: bool, force: bool = False) -> dict[str, str | int] | None:
+    params: dict[str, str | int] = {}
+    if dry_run:
+        params["dryRun"] = "true"
+    if force:
+        params["force"] = "true"
+    return params or None
+
+
+def _warning_text(header: str) -> str:
+    """The text of a `299 - "text"` Warning header (the header itself when it is not one)."""
+    parts = header.split(" ", 2)
+    text = parts[2] if len(parts) == 3 else header
+    if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
+        text = text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return text
 
 
 def error_from_response(response: httpx.Response) -> CliError:
@@ -274,7 +298,12 @@ def error_from_response(response: httpx.Response) -> CliError:
     if not message:
         snippet = " ".join(response.text.split())[:200]
         message = f"HTTP {status} {response.reason_phrase}" + (f": {snippet}" if snippet else "")
-    if status in _HINTS:
+    if isinstance(error, dict) and error.get("code") == "field_managed":
+        details.append(
+            "hint: change it in the source the tool syncs from, or pass --force to write it "
+            "anyway (the tool will revert it at its next sync)"
+        )
+    elif status in _HINTS:
         details.append("hint: " + _HINTS[status])
     return CliError(message, exit_code, status=status, field=field, details=tuple(details))
 

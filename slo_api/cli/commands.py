@@ -26,6 +26,13 @@ def warn(message: str) -> None:
     print(f"sloctl: {output.printable(message)}", file=sys.stderr)
 
 
+def warnings(client: SloClient) -> None:
+    """The server's warnings (a forced write: which tool will revert it), once each."""
+    for text in client.warnings:
+        warn(f"warning: {text}")
+    client.warnings.clear()
+
+
 def show(data: Any, fmt: str) -> None:
     print(output.dump(data, fmt))
 
@@ -170,7 +177,9 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
         if not args.force and not etag and attempt == 0:
             warn("the server sent no ETag; writing without If-Match")
         try:
-            stored = client.put(route, patch, if_match=if_match, dry_run=args.dry_run)
+            stored = client.put(
+                route, patch, if_match=if_match, dry_run=args.dry_run, force=args.force
+            )
         except CliError as exc:
             if exc.status != 412:
                 raise
@@ -183,6 +192,7 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
                 status=412,
                 details=("hint: retry, or pass --force to write without If-Match",),
             ) from None
+        warnings(client)
         if args.output == "table":
             done = "would be updated (dry run)" if args.dry_run else "updated"
             print(f"{output.printable(route)}: {done}")
@@ -200,7 +210,7 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
     for body in bodies:
         route = body["route"]
         try:
-            stored = client.put(route, body, dry_run=args.dry_run)
+            stored = client.put(route, body, dry_run=args.dry_run, force=args.force)
         except CliError as exc:
             # Server trouble would fail every remaining body the same way; a refused body does not.
             if exc.exit_code == ExitCode.SERVER:
@@ -209,6 +219,7 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
             failure = failure or exc
             continue
         results.append(stored)
+        warnings(client)
         if args.output == "table":
             done = "would be configured (dry run)" if args.dry_run else "configured"
             print(f"{output.printable(route)}: {done}")
@@ -219,7 +230,8 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
 
 def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
     route: str = args.route
-    result = client.delete(route, dry_run=args.dry_run)
+    result = client.delete(route, dry_run=args.dry_run, force=args.force)
+    warnings(client)
     if args.output == "table":
         done = "would be reset (dry run)" if args.dry_run else "reset to defaults"
         print(f"{output.printable(route)}: {done}")

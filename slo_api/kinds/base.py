@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slo_api.errors import ApiError, invalid
 from slo_api.index import group_of
@@ -20,6 +20,17 @@ class Body(BaseModel):
     """A request body: strict types, no unknown fields, no NaN or Infinity."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+# Read-only `managed` (which client-owned fields a GitOps tool owns, and which tool): it changes
+# on its own (at each sync), so an echoed copy is ignored, as `status` is.
+Managed = Annotated[
+    dict[str, str] | None,
+    Field(
+        description="Read-only: client-owned fields a GitOps tool manages, and that tool "
+        "(a change to one is 409 field_managed unless force=true); ignored when echoed."
+    ),
+]
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:

@@ -12,6 +12,7 @@ from slo_api.kinds.base import (
     GO_DURATION_PATTERN,
     Body,
     Kind,
+    Managed,
     Obj,
     PoolLookup,
     check_read_only,
@@ -81,6 +82,7 @@ class PoolBody(Body):
     kind: Literal["pool"] | None = None
     pool: PoolSettings | None = None
     status: PoolStatus | None = None
+    managed: Managed = None
 
 
 def members(obj: Obj) -> list[str]:

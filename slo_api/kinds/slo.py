@@ -7,7 +7,16 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from slo_api.errors import invalid
-from slo_api.kinds.base import Body, Kind, Obj, PoolLookup, present, replacing, spec
+from slo_api.kinds.base import (
+    Body,
+    Kind,
+    Managed,
+    Obj,
+    PoolLookup,
+    present,
+    replacing,
+    spec,
+)
 
 HIGH_PRIORITY = 10
 INT32_MAX = 2**31 - 1
@@ -32,6 +41,7 @@ class SLOBody(Body):
     highPriority: bool | None = None
     priority: Priority | None = None
     pool: PoolView | None = None
+    managed: Managed = None
 
 
 def _bound(obj: Any) -> Obj | None:

@@ -8,6 +8,7 @@ import { buildBody } from "./body.js";
 import { clearFieldErrors, showErrors } from "./field-errors.js";
 import { renderEditor } from "./form.js";
 import { showHistory } from "./history.js";
+import { managedChanges, fromCauses, refusal, forceWarning } from "./managed.js";
 
 export function dirty() {
   return state.original && state.draft && Object.keys(buildBody(true).body).length > 0;
@@ -136,14 +137,29 @@ export function routeChanged(event) {
 }
 
 export function save() {
-  return writing(saveNow);
+  return writing(() => saveNow(false));
 }
 
 export function resetRoute() {
-  return writing(resetNow);
+  return writing(() => resetNow(false));
 }
 
-async function saveNow() {
+// A write refused because a GitOps tool manages fields it changes: say whose they are and
+// offer to force it, behind a confirmation that says the tool will revert it.
+function offerForce(verb, route, fields, retry) {
+  const label = verb + " anyway…";
+  setStatus("Not " + (verb === "Save" ? "saved" : "reset") + ": " + Object.keys(fields).join(", ") +
+            " " + refusal(fields), "error",
+            [h("button", { type: "button", class: "danger", text: label,
+                           onclick: () => { if (confirm(forceWarning(verb, route, fields))) writing(retry); } })]);
+}
+
+function forcedNote(result) {
+  const warning = result.headers.get("Warning");
+  return warning ? " Forced: " + warning.replace(/^299 - "|"$/g, "") : "";
+}
+
+async function saveNow(force) {
   if (!state.draft) return;
   clearFieldErrors();
   const route = state.draft.route;
@@ -158,9 +174,15 @@ async function saveNow() {
     setStatus("No changes to save.", "info");
     return;
   }
+  const managed = managedChanges(body, state.draft.kind, state.original && state.original.managed);
+  if (!force && Object.keys(managed).length) {
+    offerForce("Save", route, managed, () => saveNow(true));
+    return;
+  }
   setStatus("Saving " + route + "…", "info");
   const headers = state.etag ? { "If-Match": state.etag } : {};
-  const result = await api("PUT", "routes/" + encodeURIComponent(route), { body, headers });
+  const query = force ? "?force=true" : "";
+  const result = await api("PUT", "routes/" + encodeURIComponent(route) + query, { body, headers });
   if (route !== state.selected) return;
   if (result.ok) {
     const etag = result.headers.get("ETag");
@@ -170,8 +192,14 @@ async function saveNow() {
       const fresh = await api("GET", "routes/" + encodeURIComponent(route));
       loadInto(fresh.ok ? fresh : result);
     }
-    setStatus("Saved " + route + " (" + changed.join(", ") + ").", "success");
+    const note = forcedNote(result);
+    setStatus("Saved " + route + " (" + changed.join(", ") + ")." + note, note ? "warning" : "success");
     refreshListQuietly();
+    return;
+  }
+  if (result.status === 409 && result.error.code === "field_managed") {
+    showErrors(result.error);
+    offerForce("Save", route, fromCauses(result.error), () => saveNow(true));
     return;
   }
   if (result.status === 412) {
@@ -187,19 +215,26 @@ async function saveNow() {
   setStatus("Not saved: " + describe(result.error) + extra, "error");
 }
 
-async function resetNow() {
+async function resetNow(force) {
   const route = state.draft && state.draft.route;
   if (!route) return;
   const what = state.draft.kind === "pool"
     ? "swap policy sticky, swap budget 300s, no default and no reclaim delay"
     : "priority 0, minimum 1 replica, no maximum" + (state.draft.kind === "llm" ? ", no TTFT/OTPS targets" : "");
-  if (!confirm("Reset " + route + " to the defaults (" + what + ")?")) return;
+  // A forced reset was confirmed already, with the warning.
+  if (!force && !confirm("Reset " + route + " to the defaults (" + what + ")?")) return;
   const headers = state.etag ? { "If-Match": state.etag } : {};
-  const result = await api("DELETE", "routes/" + encodeURIComponent(route), { headers });
+  const query = force ? "?force=true" : "";
+  const result = await api("DELETE", "routes/" + encodeURIComponent(route) + query, { headers });
   if (result.ok) {
     await selectRoute(route, true);
-    setStatus("Reset " + route + " to the defaults.", "success");
+    const note = forcedNote(result);
+    setStatus("Reset " + route + " to the defaults." + note, note ? "warning" : "success");
     refreshListQuietly();
+    return;
+  }
+  if (result.status === 409 && result.error.code === "field_managed") {
+    offerForce("Reset", route, fromCauses(result.error), () => resetNow(true));
     return;
   }
   if (result.status === 412) {

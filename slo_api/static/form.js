@@ -3,6 +3,7 @@
 import { METRIC_TYPES, BOUND_TYPES, SECTION_TITLES, KIND_LABELS, $, state } from "./state.js";
 import { h, idFor, errorSlot } from "./dom.js";
 import { selectRoute, save, resetRoute } from "./editor.js";
+import { markManaged } from "./managed.js";
 
 export function control(tag, path, attrs, ...children) {
   const id = idFor(path);
@@ -67,6 +68,7 @@ export function renderEditor() {
     h("button", { type: "submit", class: "primary", text: "Save" }),
     h("button", { type: "button", class: "secondary", text: "Reload", onclick: () => selectRoute(d.route, true) }),
     h("button", { type: "button", class: "danger", text: "Reset to defaults…", onclick: resetRoute })));
+  markManaged(form, d.managed);
   $("editor-body").replaceChildren(form);
 }
 

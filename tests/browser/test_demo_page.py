@@ -366,3 +366,56 @@ def test_the_list_and_the_open_route_follow_changes_made_elsewhere(
     expect(route_button(page, route)).to_have_count(0)
     expect(status(page)).to_contain_text("deleted elsewhere")
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_fields_a_gitops_tool_manages_are_shown_and_saved_only_when_forced(
+    page: Page, service: Service, samples: Samples, admin: Admin
+) -> None:
+    route = samples.route("gitops-7b")
+    admin.apply(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": route, "namespace": samples.namespace()},
+            "spec": {"serviceId": route, "priority": 3},
+        },
+        field_manager="argocd-controller",
+    )
+    open_page(page, service.page_url, service.token)
+    page.get_by_label("Search").fill(route)
+    open_route(page, route)
+    notice = page.locator("#managed-notice")
+    expect(notice).to_contain_text("argocd-controller (priority)")
+    expect(page.locator('[data-managed-note="priority"]')).to_have_text(
+        "Managed by argocd-controller"
+    )
+
+    # A field the tool does not manage saves as usual.
+    field(page, "minimumDeployment.value").fill("2")
+    save(page)
+    saved(page)
+
+    # A managed one is not sent: the page says whose it is and offers force, with a warning.
+    requests: list[Request] = []
+    page.on("request", lambda r: requests.append(r) if r.method == "PUT" else None)
+    field(page, "priority").fill("9")
+    save(page)
+    expect(status(page)).to_contain_text("managed by argocd-controller")
+    expect(status(page)).to_contain_text("source the tool syncs from")
+    assert requests == []
+    assert llm_spec(admin, samples, "gitops-7b")["priority"] == 3
+
+    asked: list[str] = []
+
+    def accept(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    page.get_by_role("button", name="Save anyway…").click()
+    expect(status(page)).to_contain_text("Forced")
+    assert asked
+    assert "revert" in asked[0]
+    assert "argocd-controller" in asked[0]
+    assert "force=true" in requests[-1].url
+    assert llm_spec(admin, samples, "gitops-7b")["priority"] == 9

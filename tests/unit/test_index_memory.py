@@ -89,3 +89,44 @@ def test_cached_renders_are_counted_in_the_estimate() -> None:
     # Dropped renders stop counting.
     index.replace("llmslorequirements", [])
     assert index.estimated_bytes() == 0
+
+
+def applied_by_argo(i: int) -> dict[str, Any]:
+    """An LLM CR that Argo CD applied server-side: tracking annotation, every spec field owned."""
+    obj = served(i)
+    fields: dict[str, Any] = {f"f:{k}": {".": {}, "f:value": {}} for k in obj["spec"]}
+    obj["metadata"]["annotations"] = {
+        "argocd.argoproj.io/tracking-id": f"chat:inference.modelsphere.dev/LLMSLORequirement:b/{i}"
+    }
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": "argocd-controller",
+            "operation": "Apply",
+            "apiVersion": "inference.modelsphere.dev/v1alpha1",
+            "time": "2026-12-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {}}, "f:spec": fields},
+        },
+        {"manager": "scaler", "operation": "Update", "subresource": "status", "fieldsV1": {}},
+    ]
+    return obj
+
+
+def test_gitops_ownership_stays_within_the_goal() -> None:
+    kinds = build_kinds(Settings(slo_api_token="unit-write-token"))
+    index = Service.index_for(kinds)
+    objs = [applied_by_argo(i) for i in range(CRS)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        index.replace("llmslorequirements", objs)
+        del objs
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    per_cr = held / CRS
+    assert per_cr < GOAL_BYTES_PER_CR * 0.75, per_cr
+    stored = index.get("llmslorequirements", "bench", applied_by_argo(1)["metadata"]["name"])
+    assert stored is not None
+    assert [e["manager"] for e in stored["metadata"]["managedFields"]] == ["argocd-controller"]

@@ -48,11 +48,13 @@ def test_variables_named_like_settings_that_are_none_are_listed() -> None:
         "SLO_API_TOKNE": "typo",
         "WATCH_NAMESPACE": "a",  # WATCH_NAMESPACES misspelt
         "WATCH_FLUSH_SECONDS": "0.5",
+        "GITOPS_CO_OWNERS": "argocd-controller",
+        "GITOPS_COOWNERS": "argocd-controller",  # GITOPS_CO_OWNERS misspelt
         "SLO_API_URL": "http://x",  # sloctl's
         "LOG_LEVEL": "info",
         "PATH": "/bin",
     }
-    assert unrecognised(environ) == ["SLO_API_TOKNE", "WATCH_NAMESPACE"]
+    assert unrecognised(environ) == ["GITOPS_COOWNERS", "SLO_API_TOKNE", "WATCH_NAMESPACE"]
 
 
 def test_a_drain_shorter_than_an_upstream_call_is_refused() -> None:

@@ -767,3 +767,61 @@ def test_a_server_without_a_scheme_is_a_usage_error(capsys: pytest.CaptureFixtur
 
     assert code == 2
     assert "http://" in err
+
+
+def test_get_shows_the_fields_a_gitops_tool_manages(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.get("/routes/chat-7b").respond(json={**LLM, "managed": {"priority": "argocd-controller"}})
+
+    code, out, _ = run(capsys, "get", "chat-7b")
+
+    assert code == 0
+    assert view(out)["managed.priority"] == "argocd-controller"
+
+
+def test_set_refused_as_field_managed_hints_at_force(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.get("/routes/chat-7b").respond(json=LLM, headers={"ETag": '"7"'})
+    api.put("/routes/chat-7b").mock(
+        return_value=error(
+            409,
+            "field_managed",
+            "priority is managed by argocd-controller",
+            causes=[{"field": "priority", "manager": "argocd-controller", "message": "m"}],
+        )
+    )
+
+    code, out, err = run(capsys, "set", "chat-7b", "priority=5")
+
+    assert code != 0
+    assert out == ""
+    assert "argocd-controller" in err
+    assert "--force" in err
+
+
+def test_set_force_asks_the_server_to_force_and_prints_its_warning(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.get("/routes/chat-7b").respond(json=LLM, headers={"ETag": '"7"'})
+    warning = '299 - "forced over argocd-controller (priority): it will revert this change"'
+    put = api.put("/routes/chat-7b").respond(
+        json={**LLM, "priority": 5}, headers={"Warning": warning}
+    )
+
+    code, _, err = run(capsys, "set", "chat-7b", "priority=5", "--force")
+
+    assert code == 0
+    assert put.calls.last.request.url.params["force"] == "true"
+    assert "sloctl: warning: forced over argocd-controller (priority)" in err
+    assert "299" not in err
+
+
+def test_reset_force(api: respx.MockRouter, capsys: pytest.CaptureFixture[str]) -> None:
+    delete = api.delete("/routes/chat-7b").respond(204)
+
+    code, _, _ = run(capsys, "reset", "chat-7b", "--force")
+
+    assert code == 0
+    assert delete.calls.last.request.url.params["force"] == "true"
