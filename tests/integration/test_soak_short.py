@@ -15,7 +15,9 @@ async def test_a_short_soak_loses_nothing_and_leaves_nothing_behind(cluster: Clu
     figures = await run(20, 16, cluster=cluster, churn_rate=40)
     print(figures.as_dict())
     assert failures(figures, rss_growth_kib=48 * 1024) == [], figures
-    assert figures.requests > 1000, figures
+    # That the soak exercised the service, not how fast: a loaded machine serves a quarter of a
+    # quiet one's requests (throughput is the bench's business).
+    assert figures.requests > 400, figures
     assert figures.puts_acknowledged > 200, figures
     assert figures.watch_events > 300, figures
     assert figures.relists >= 4, figures
