@@ -238,11 +238,16 @@ def _kubernetes(
 ) -> dict[str, Any]:
     assert cluster.admin is not None
     user_token = scenarios.kubernetes_identity_setup(cluster.admin)
-    svc = scenarios.ServiceProcess(kubeconfig, workdir, {"SLO_API_KUBERNETES_AUTH": "true"}).start()
     try:
-        return scenarios.kubernetes_identity(svc, user_token, size, settings)
+        svc = scenarios.ServiceProcess(
+            kubeconfig, workdir, {"SLO_API_KUBERNETES_AUTH": "true"}
+        ).start()
+        try:
+            return scenarios.kubernetes_identity(svc, user_token, size, settings)
+        finally:
+            svc.stop()
     finally:
-        svc.stop()
+        scenarios.kubernetes_identity_teardown(cluster.admin)
 
 
 def _in_run_order(results: dict[str, Any]) -> None:

@@ -71,6 +71,8 @@ class ServiceProcess:
             "SHUTDOWN_GRACE_SECONDS": "0",
             # A long list of 50,000 CRs pages through the API server: give each call room.
             "UPSTREAM_TIMEOUT_SECONDS": "30",
+            # At least the upstream timeout, as the settings require.
+            "SHUTDOWN_DRAIN_SECONDS": "30",
             **self.extra_env,
         }
         spawned = time.perf_counter()
@@ -86,7 +88,9 @@ class ServiceProcess:
         with httpx.Client(base_url=self.url, timeout=5) as client:
             while not self.ready_s:
                 if self.proc.poll() is not None:
-                    raise RuntimeError("slo-api exited; see slo-api.log in the work directory")
+                    # The work directory goes when the bench stops: say why here.
+                    tail = (self.workdir / "slo-api.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"slo-api exited; the end of its log:\n{tail}")
                 if time.perf_counter() > deadline:
                     raise RuntimeError("slo-api not ready in time")
                 try:
@@ -281,6 +285,19 @@ def kubernetes_identity_setup(admin: Any) -> str:
     )
     token: str = admin.service_account_token(populate.NAMESPACE, name)
     return token
+
+
+def kubernetes_identity_teardown(admin: Any) -> None:
+    """Remove what the setup made, so the scenarios after it count the routes they created
+    (the initial sync checks a plain list of every namespace against the size it made)."""
+    admin.request(
+        "DELETE", f"{populate.SLO_PATH}/namespaces/{OTHER_NAMESPACE}/llmslorequirements"
+    )
+    for api_version, kind in (
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("v1", "ServiceAccount"),
+    ):
+        admin.delete(api_version, kind, populate.NAMESPACE, "bench-editor")
 
 
 def kubernetes_identity(
