@@ -12,7 +12,14 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +27,8 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from slo_api import tracing
 
 Obj = dict[str, Any]
 Observer = Callable[[str, str, float], None]
@@ -115,6 +124,7 @@ async def _json_body(call: Awaitable[Any]) -> Obj:
         body = await response.read()
     finally:
         response.release()
+    tracing.note_response(response.status, response.headers)
     if not 200 <= response.status <= 299:
         error = ApiException(status=response.status, reason=response.reason)
         error.body = body
@@ -122,6 +132,12 @@ async def _json_body(call: Awaitable[Any]) -> Obj:
         raise error
     result: Obj = orjson.loads(body)
     return result
+
+
+def _sending(headers: Mapping[str, str]) -> Obj:
+    """The generated methods' `_headers` argument (the stubs leave it out): extra headers for
+    one call, here the trace context."""
+    return {"_headers": headers}
 
 
 def _details_retry(details: Obj) -> float | None:
@@ -164,7 +180,18 @@ class Kube:
     async def close(self) -> None:
         await self._api_client.close()
 
-    async def _call(self, verb: str, coro: Any) -> Any:
+    async def _call(
+        self, verb: str, resource: str, call: Callable[[Mapping[str, str]], Awaitable[Any]]
+    ) -> Any:
+        """One call, timed and counted; `call` is given the headers to send (a traceparent when
+        a sampled request is being traced, under a span of its own)."""
+        span, headers = tracing.upstream_span(verb, resource)
+        if span is None:
+            return await self._timed(verb, call(headers))
+        with span:
+            return await self._timed(verb, call(headers))
+
+    async def _timed(self, verb: str, coro: Awaitable[Any]) -> Any:
         started = time.monotonic()
         code = "error"
         try:
@@ -175,14 +202,17 @@ class Kube:
             return result
         except ApiException as exc:
             code = str(exc.status)
+            tracing.note_response(exc.status, exc.headers)
             raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
         except TimeoutError:
             code = "timeout"
+            tracing.note_response(code)
             raise KubeTimeout(
                 0, "Timeout", f"the API server did not answer within {self.timeout:g}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
             code = "unavailable"
+            tracing.note_response(code)
             raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
         finally:
             self._observe(verb, code, time.monotonic() - started)
@@ -205,7 +235,11 @@ class Kube:
             kwargs["resource_version"] = resource_version
         if label_selector:
             kwargs["label_selector"] = label_selector
-        result: Obj = await self._call("list", _json_body(self._list(res, namespace, **kwargs)))
+        result: Obj = await self._call(
+            "list",
+            res.plural,
+            lambda headers: _json_body(self._list(res, namespace, **_sending(headers), **kwargs)),
+        )
         return result
 
     def _list(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
@@ -224,9 +258,14 @@ class Kube:
         try:
             found: Obj = await self._call(
                 "discovery",
-                _json_body(
+                "apiresources",
+                lambda headers: _json_body(
                     self._api.get_api_resources(
-                        group, version, _request_timeout=self.timeout, _preload_content=False
+                        group,
+                        version,
+                        _request_timeout=self.timeout,
+                        _preload_content=False,
+                        **_sending(headers),
                     )
                 ),
             )
@@ -243,7 +282,8 @@ class Kube:
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         result: Obj = await self._call(
             "get",
-            _json_body(
+            res.plural,
+            lambda headers: _json_body(
                 self._api.get_namespaced_custom_object(
                     res.group,
                     res.version,
@@ -252,6 +292,7 @@ class Kube:
                     name,
                     _request_timeout=self.timeout,
                     _preload_content=False,
+                    **_sending(headers),
                 )
             ),
         )
@@ -275,9 +316,17 @@ class Kube:
             kwargs["dry_run"] = "All"
         result: Obj = await self._call(
             "patch",
-            _json_body(
+            res.plural,
+            lambda headers: _json_body(
                 self._api.patch_namespaced_custom_object(
-                    res.group, res.version, namespace, res.plural, name, patch, **kwargs
+                    res.group,
+                    res.version,
+                    namespace,
+                    res.plural,
+                    name,
+                    patch,
+                    **_sending(headers),
+                    **kwargs,
                 )
             ),
         )
@@ -291,9 +340,10 @@ class Kube:
         body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
         result: Obj = await self._call(
             "tokenreview",
-            _json_body(
+            "tokenreviews",
+            lambda headers: _json_body(
                 self._authn.create_token_review(
-                    body, _request_timeout=self.timeout, _preload_content=False
+                    body, _request_timeout=self.timeout, _preload_content=False, **_sending(headers)
                 )
             ),
         )
@@ -309,9 +359,10 @@ class Kube:
         }
         result: Obj = await self._call(
             "subjectaccessreview",
-            _json_body(
+            "subjectaccessreviews",
+            lambda headers: _json_body(
                 self._authz.create_subject_access_review(
-                    body, _request_timeout=self.timeout, _preload_content=False
+                    body, _request_timeout=self.timeout, _preload_content=False, **_sending(headers)
                 )
             ),
         )
@@ -321,9 +372,14 @@ class Kube:
     async def create_event(self, namespace: str, event: Any) -> Obj:
         result: Obj = await self._call(
             "event",
-            _json_body(
+            "events",
+            lambda headers: _json_body(
                 self._events.create_namespaced_event(
-                    namespace, event, _request_timeout=self.timeout, _preload_content=False
+                    namespace,
+                    event,
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                    **_sending(headers),
                 )
             ),
         )

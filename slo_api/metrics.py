@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from slo_api import tracing
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -187,7 +189,7 @@ class Metrics:
 
     def observe_upstream(self, verb: str, code: str, seconds: float) -> None:
         self.upstream.labels(verb, code).inc()
-        self.upstream_latency.labels(verb).observe(seconds)
+        self.upstream_latency.labels(verb).observe(seconds, tracing.exemplar())
 
     def watch_kind_states(self, states: Callable[[], Iterable[KindState]]) -> None:
         self.registry.register(_KindStateCollector(states))

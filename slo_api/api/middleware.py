@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from slo_api import tracing
 from slo_api.errors import ApiError
 from slo_api.logs import request_id
 from slo_api.metrics import Metrics
@@ -45,6 +46,10 @@ class RequestMiddleware:
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
+        tracer = tracing.active()
+        span = None
+        if tracer is not None and tracing.traced(scope["path"], scope["query_string"]):
+            span, span_token = tracer.start_request(scope["method"], headers)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -72,7 +77,9 @@ class RequestMiddleware:
             template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in _METHODS else "other"
             self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
+            self.metrics.latency.labels(method, template).observe(
+                elapsed, None if span is None else tracing.exemplar()
+            )
             if template not in ("/healthz", "/readyz", "/metrics"):
                 log.info(
                     "%s %s -> %d",
@@ -85,6 +92,8 @@ class RequestMiddleware:
                         "user": scope.get(CALLER_SCOPE_KEY),
                     },
                 )
+            if span is not None:
+                tracer.end_request(span, span_token, template, status)  # type: ignore[union-attr]
             request_id.reset(token)
 
     def _too_large(self) -> str:
