@@ -212,6 +212,9 @@ def main() -> int:
                     entry["get_route"] = scenarios.get_route(
                         svc, cluster.plane.url, sa_token, size, settings
                     )
+                    entry["get_route_many"] = scenarios.get_route_many(
+                        svc, cluster.plane.url, sa_token, size, settings
+                    )
                     entry["get_route_aiohttp"] = scenarios.aiohttp_direct(
                         cluster.plane.url, sa_token, cluster.plane.pki.ca_cert, size, settings
                     )

@@ -187,6 +187,17 @@ def get_route(
     return side_by_side(service, direct, s, 1, svc.pid)
 
 
+def get_route_many(
+    svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """The same reads with 16 clients: throughput, slo-api and the API server on the same
+    two cores."""
+    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
+    direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
+    return side_by_side(service, direct, s, s.write_connections, svc.pid)
+
+
 def aiohttp_direct(
     api_url: str, sa_token: str, ca_cert: Path, routes: int, s: Settings, requests: int = 500
 ) -> dict[str, Any]:
