@@ -22,6 +22,7 @@ import uuid
 from slo_api.kinds.base import Obj
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
+from slo_api.service import Target
 
 log = logging.getLogger("slo_api.events")
 
@@ -34,6 +35,22 @@ BURST = 10  # Events per CR at once
 REFILL_SECONDS = 6.0  # then one per CR this often
 BUDGETS = 10_000  # CRs whose budget is remembered (the least recent are forgotten)
 NOTE_LIMIT = 1024  # the API server refuses a longer note
+
+
+def regarding(target: Target, stored: Obj) -> Obj:
+    """What an Event on a write names: the CR the request resolved to (its kind, API group,
+    namespace and name), at the uid and version the write left it."""
+    meta = stored.get("metadata") or {}
+    return {
+        "apiVersion": target.api_version,
+        "kind": target.obj.get("kind"),
+        "metadata": {
+            "namespace": target.namespace,
+            "name": target.name,
+            "uid": meta.get("uid", target.uid),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+    }
 
 
 class EventRecorder:

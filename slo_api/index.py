@@ -215,6 +215,11 @@ class CRIndex:
         for (namespace, _), entry in self._objects[plural].items():
             yield namespace, entry.route
 
+    def placed_groups(self, plural: str) -> Iterator[tuple[str, str]]:
+        """(namespace, API group) of every CR of a kind shown: whose rights let a caller see it."""
+        for (namespace, _), entry in self._objects[plural].items():
+            yield namespace, entry.group
+
     def routes(self, kind: str | None = None) -> list[str]:
         """Route names in sorted order, all or those claimed by a kind (not a copy)."""
         return (self._all if kind is None else self._by_kind[kind]).items

@@ -140,6 +140,25 @@ def _sending(headers: Mapping[str, str]) -> Obj:
     return {"_headers": headers}
 
 
+async def _answer(call: Awaitable[Any]) -> Any:
+    """`_json_body`, with a 2xx answer that is not JSON raised as a KubeError like any other
+    failed call (a review that cannot be read is no answer)."""
+    try:
+        return await _json_body(call)
+    except orjson.JSONDecodeError:
+        raise KubeError(0, "InvalidResponse", "the answer is not JSON") from None
+
+
+def _review_status(result: Any) -> Obj:
+    """A review's `status`; a KubeError when the answer is not an object holding one."""
+    status = result.get("status") if isinstance(result, dict) else None
+    if status is None and isinstance(result, dict):
+        status = {}
+    if not isinstance(status, dict):
+        raise KubeError(0, "InvalidResponse", "the review's status is not an object")
+    return status
+
+
 def _details_retry(details: Obj) -> float | None:
     seconds = details.get("retryAfterSeconds")
     return float(seconds) if isinstance(seconds, int | float) else None
@@ -338,17 +357,20 @@ class Kube:
         if audiences:
             spec["audiences"] = list(audiences)
         body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        result: Obj = await self._call(
-            "tokenreview",
-            "tokenreviews",
-            lambda headers: _json_body(
-                self._authn.create_token_review(
-                    body, _request_timeout=self.timeout, _preload_content=False, **_sending(headers)
-                )
-            ),
+        return _review_status(
+            await self._call(
+                "tokenreview",
+                "tokenreviews",
+                lambda headers: _answer(
+                    self._authn.create_token_review(
+                        body,
+                        _request_timeout=self.timeout,
+                        _preload_content=False,
+                        **_sending(headers),
+                    )
+                ),
+            )
         )
-        status: Obj = result.get("status") or {}
-        return status
 
     async def review_access(self, spec: Obj) -> Obj:
         """A SubjectAccessReview's `status`: may this user do this to that resource?"""
@@ -357,17 +379,20 @@ class Kube:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        result: Obj = await self._call(
-            "subjectaccessreview",
-            "subjectaccessreviews",
-            lambda headers: _json_body(
-                self._authz.create_subject_access_review(
-                    body, _request_timeout=self.timeout, _preload_content=False, **_sending(headers)
-                )
-            ),
+        return _review_status(
+            await self._call(
+                "subjectaccessreview",
+                "subjectaccessreviews",
+                lambda headers: _answer(
+                    self._authz.create_subject_access_review(
+                        body,
+                        _request_timeout=self.timeout,
+                        _preload_content=False,
+                        **_sending(headers),
+                    )
+                ),
+            )
         )
-        status: Obj = result.get("status") or {}
-        return status
 
     async def create_event(self, namespace: str, event: Any) -> Obj:
         result: Obj = await self._call(

@@ -6,11 +6,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from slo_api.access import Authorizer
 from slo_api.auth import TokenStore
 from slo_api.events import EventRecorder
 from slo_api.feed import Feed
 from slo_api.groups import KindWatch
-from slo_api.identity import Gatekeeper
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
@@ -42,7 +42,7 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds)
         self.service = Service(kube, self.kinds, self.index)
         self.tokens = tokens
-        self.gate = Gatekeeper(settings, kube, self.kinds, tokens, metrics)
+        self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
         # Before the informers, so it hears every change they make.

@@ -10,7 +10,7 @@ import orjson
 
 from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind
-from slo_api.kinds.base import Kind, Obj, spec, without_unchanged
+from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
 from slo_api.upstream import to_api_error
@@ -24,23 +24,42 @@ STALE_ETAG = "the route changed since the ETag you sent: read it again and retry
 
 @dataclass(frozen=True)
 class Target:
-    """The one CR a route resolved to."""
+    """The one CR a route resolved to, once per request.
 
+    The review, the write, the Event and the audit line all use this one resolution, so what
+    was checked is what is written: `group` is the API group of the copy shown (the one the
+    index holds and the write goes to), `uid` that copy's uid.
+    """
+
+    route: str
     kind: Kind
+    group: str
+    namespace: str
+    name: str
+    uid: str
     obj: Obj
+
+    @classmethod
+    def of(cls, route: str, kind: Kind, obj: Obj) -> Target:
+        meta = obj.get("metadata") or {}
+        return cls(
+            route,
+            kind,
+            kind.resource_of(obj).group,
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            str(meta.get("uid", "")),
+            obj,
+        )
 
     @property
     def resource(self) -> Resource:
         """Where the CR lives: writes go to the API group that holds the copy shown."""
-        return self.kind.resource_of(self.obj)
+        return self.kind.resources[self.group]
 
     @property
-    def namespace(self) -> str:
-        return str(self.obj["metadata"]["namespace"])
-
-    @property
-    def name(self) -> str:
-        return str(self.obj["metadata"]["name"])
+    def api_version(self) -> str:
+        return f"{self.resource.group}/{self.resource.version}"
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,8 @@ class Result:
     body: Obj
     etag: str
     changed: list[str]
+    # The CR as stored after the request (what a write's Event names, by uid and version).
+    stored: Obj
 
 
 def _rv(obj: Obj) -> str:
@@ -110,43 +131,74 @@ class Service:
 
     # -- resolving -------------------------------------------------------------------------
 
-    def resolve(self, route: str) -> Target:
-        claims = self.index.claims(route)
-        if not claims:
-            raise ApiError(404, f"route {route!r} is not registered")
-        if len(claims) > 1:
-            kinds = sorted({self.kinds[p].name for p, _ in claims})
-            raise ApiError(
-                409,
-                f"route {route!r} is claimed by {len(claims)} CRs ({', '.join(kinds)}); "
-                "it is ambiguous until all but one are removed or renamed",
-            )
-        plural, obj = claims[0]
-        return Target(self.kinds[plural], obj)
+    def claims(self, route: str) -> list[Target]:
+        """Every CR claiming a route (none, one, or more when it is ambiguous)."""
+        return [
+            Target.of(route, self.kinds[plural], obj) for plural, obj in self.index.claims(route)
+        ]
+
+    @staticmethod
+    def not_found(route: str) -> ApiError:
+        return ApiError(404, f"route {route!r} is not registered")
+
+    def ambiguous(self, route: str, claims: list[Target]) -> ApiError:
+        kinds = sorted({t.kind.name for t in claims})
+        return ApiError(
+            409,
+            f"route {route!r} is claimed by {len(claims)} CRs ({', '.join(kinds)}); "
+            "it is ambiguous until all but one are removed or renamed",
+        )
+
+    def pool_claim(self, namespace: str, member: str) -> Target | None:
+        """The pool an LLM or job route shows: the first one listing it as a member."""
+        for plural, pool in self.index.groups_with_member(namespace, member):
+            kind = self.kinds[plural]
+            return Target.of(kind.route_of(pool), kind, pool)
+        return None
 
     def pool_of(self, namespace: str, member: str) -> Obj | None:
         """The read-only `pool` of an LLM or job route: the first pool listing it as member."""
-        for plural, pool in self.index.groups_with_member(namespace, member):
-            kind = self.kinds[plural]
-            status = status_view(pool)
-            return {
-                "route": kind.route_of(pool),
-                "resident": status["residentMember"] == member,
-                "phase": status["phase"],
-            }
-        return None
+        pool = self.pool_claim(namespace, member)
+        return None if pool is None else self._pool_view(pool, member)
 
-    def project(self, kind: Kind, obj: Obj) -> Obj:
-        return kind.project(obj, self.pool_of)
+    def pools_only(self, shown: Target | None) -> PoolLookup:
+        """A pool lookup that shows `shown` (the pool a caller may read) and no other."""
+
+        def lookup(namespace: str, member: str) -> Obj | None:
+            pool = self.pool_claim(namespace, member)
+            if (
+                pool is None
+                or shown is None
+                or (pool.namespace, pool.name)
+                != (
+                    shown.namespace,
+                    shown.name,
+                )
+            ):
+                return None
+            return self._pool_view(pool, member)
+
+        return lookup
+
+    @staticmethod
+    def _pool_view(pool: Target, member: str) -> Obj:
+        status = status_view(pool.obj)
+        return {
+            "route": pool.route,
+            "resident": status["residentMember"] == member,
+            "phase": status["phase"],
+        }
+
+    def project(self, kind: Kind, obj: Obj, pools: PoolLookup | None = None) -> Obj:
+        return kind.project(obj, self.pool_of if pools is None else pools)
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def read(self, route: str) -> Result:
-        target = self.resolve(route)
-        obj = await self._fresh(target, route)
-        return Result(self.project(target.kind, obj), etag_of(obj), [])
+    async def read(self, target: Target, pools: PoolLookup | None = None) -> Result:
+        obj = await self._fresh(target)
+        return Result(self.project(target.kind, obj, pools), etag_of(obj), [], obj)
 
-    async def _fresh(self, target: Target, route: str) -> Obj:
+    async def _fresh(self, target: Target) -> Obj:
         """The CR as the API server holds it now, if it still claims the route.
 
         The index can lag (milliseconds normally, longer while a watch backs off): a CR whose
@@ -157,39 +209,52 @@ class Service:
             obj = await self.kube.get(target.resource, target.namespace, target.name)
         except KubeError as exc:
             raise to_api_error(exc, target.kind, target.obj) from None
-        if target.kind.route_of(obj) != route:
-            raise ApiError(404, f"route {route!r} is not registered")
+        if target.kind.route_of(obj) != target.route:
+            raise self.not_found(target.route)
         return obj
 
     # -- writes ----------------------------------------------------------------------------
 
-    async def write(self, route: str, data: Obj, *, if_match: str | None, dry_run: bool) -> Result:
-        target = self.resolve(route)
+    async def write(
+        self,
+        target: Target,
+        data: Obj,
+        *,
+        if_match: str | None,
+        dry_run: bool,
+        pools: PoolLookup | None = None,
+    ) -> Result:
         sent_route = data.get("route")
-        if sent_route is not None and sent_route != route:
+        if sent_route is not None and sent_route != target.route:
             raise invalid(
                 f"route in the body ({sent_route!r}) differs from the URL's", field="route"
             )
         body = target.kind.parse(data)
         return await self._apply(
             target,
-            route,
             lambda current: target.kind.spec_patch(body, current, self.pool_of),
             if_match,
             dry_run,
+            pools,
         )
 
-    async def reset(self, route: str, *, if_match: str | None, dry_run: bool) -> Result:
-        target = self.resolve(route)
-        return await self._apply(target, route, target.kind.reset_patch, if_match, dry_run)
+    async def reset(
+        self,
+        target: Target,
+        *,
+        if_match: str | None,
+        dry_run: bool,
+        pools: PoolLookup | None = None,
+    ) -> Result:
+        return await self._apply(target, target.kind.reset_patch, if_match, dry_run, pools)
 
     async def _apply(
         self,
         target: Target,
-        route: str,
         changes: Callable[[Obj], Obj],
         if_match: str | None,
         dry_run: bool,
+        pools: PoolLookup | None,
     ) -> Result:
         """Patch the route's CR with what `changes(current)` changes, computed from the very
         object the patch is conditional on (its uid and resourceVersion).
@@ -197,17 +262,27 @@ class Service:
         The index's copy is tried first (no extra round trip when it is current). A lost race
         (409: the CR changed, or is another CR now) reads the CR again, checks it still claims
         the route, and recomputes, a bounded number of times. With If-Match, the client's
-        version is the only one a write may apply to.
+        version is the only one a write may apply to. A write that changes nothing sends no
+        patch: the answer is the CR as the API server holds it (read fresh, since the index's
+        copy may lag and the change computed from it be wrongly empty).
         """
         current = target.obj
+        fresh = False
         if if_match and if_match != _rv(current):
-            current = await self._fresh(target, route)
+            current, fresh = await self._fresh(target), True
         for _ in range(WRITE_ATTEMPTS):
             if if_match and if_match != _rv(current):
                 raise ApiError(412, STALE_ETAG)
             # Only what differs from the stored CR: a client echoing a whole body back writes
             # (and the audit and Event name) just the fields it changed.
             spec_patch = without_unchanged(changes(current), spec(current))
+            if not spec_patch:
+                if not fresh:
+                    current, fresh = await self._fresh(target), True
+                    continue
+                return Result(
+                    self.project(target.kind, current, pools), etag_of(current), [], current
+                )
             patch: Obj = {
                 "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},
                 "spec": spec_patch,
@@ -221,19 +296,16 @@ class Service:
                     raise to_api_error(exc, target.kind, current) from None
                 if if_match:
                     raise ApiError(412, STALE_ETAG) from None
-                current = await self._fresh(target, route)
+                current, fresh = await self._fresh(target), True
                 continue
             if not dry_run:
                 self.index.write_through(target.kind.resource.plural, obj)
-            return Result(self.project(target.kind, obj), etag_of(obj), sorted(spec_patch))
-        raise ApiError(409, f"route {route!r} kept changing during the write: retry")
+            return Result(
+                self.project(target.kind, obj, pools), etag_of(obj), sorted(spec_patch), obj
+            )
+        raise ApiError(409, f"route {target.route!r} kept changing during the write: retry")
 
     # -- listing ---------------------------------------------------------------------------
-
-    def kind_of(self, route: str) -> str | None:
-        """The kind name of the one CR claiming a route, if exactly one does (for the audit)."""
-        claims = self.index.claimed_in(route)
-        return self.kinds[claims[0][0]].name if len(claims) == 1 else None
 
     def summary(self, route: str) -> Obj:
         claims = self.index.claims(route)
@@ -247,11 +319,11 @@ class Service:
             "count": len(claims),
         }
 
-    def full(self, route: str) -> Obj:
+    def full(self, route: str, pools: PoolLookup | None = None) -> Obj:
         claims = self.index.claims(route)
         if len(claims) == 1:
             plural, obj = claims[0]
-            return self.project(self.kinds[plural], obj)
+            return self.project(self.kinds[plural], obj, pools)
         return self.summary(route)
 
     def page(
@@ -284,11 +356,23 @@ class Service:
         """
         return self.render_page(self.index.routes(kind), page, page_size, full)
 
-    def render_page(self, routes: list[str], page: int, page_size: int, full: bool) -> bytes:
+    def render_page(
+        self,
+        routes: list[str],
+        page: int,
+        page_size: int,
+        full: bool,
+        line: Callable[[str], bytes] | None = None,
+    ) -> bytes:
+        """A page of `routes`, each item `line(route)` (by default its cached line)."""
         start = (page - 1) * page_size
-        view, render = ("full", self._full_json) if full else ("summary", self._summary_json)
-        rendered = self.index.rendered
-        items = b",".join([rendered(view, r, render) for r in routes[start : start + page_size]])
+        chosen = routes[start : start + page_size]
+        if line is None:
+            view, render = ("full", self._full_json) if full else ("summary", self._summary_json)
+            rendered = self.index.rendered
+            items = b",".join([rendered(view, r, render) for r in chosen])
+        else:
+            items = b",".join([line(r) for r in chosen])
         return b'{"items":[%b],"total":%d,"page":%d,"pageSize":%d}' % (
             items,
             len(routes),
@@ -297,8 +381,12 @@ class Service:
         )
 
     def line(self, view: str, route: str) -> bytes:
-        """A route's `/config` item in a view ("summary" or "full") as JSON, cached by the index."""
-        render = self._full_json if view == "full" else self._summary_json
+        """A route's `/config` item in a view ("summary", "full", or "full-unpooled": full
+        without a member's `pool`, for callers who may not read the pool) as JSON, cached by
+        the index."""
+        render = {"full": self._full_json, "full-unpooled": self._full_unpooled_json}.get(
+            view, self._summary_json
+        )
         value: bytes = self.index.rendered(view, route, render)
         return value
 
@@ -307,3 +395,10 @@ class Service:
 
     def _full_json(self, route: str) -> bytes:
         return orjson.dumps(self.full(route))
+
+    def _full_unpooled_json(self, route: str) -> bytes:
+        return orjson.dumps(self.full(route, _no_pool))
+
+
+def _no_pool(namespace: str, member: str) -> Obj | None:
+    return None

@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     review_cache_size: int = Field(
         10000, ge=1, description="Most token reviews, and most access reviews, remembered."
     )
+    review_concurrency: int = Field(
+        16,
+        ge=1,
+        description="Most TokenReviews, and most SubjectAccessReviews, in flight at once; more "
+        "wait (TokenReviews: at most 8 times as many, then 503).",
+    )
     host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
     port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -1,6 +1,7 @@
 """`GET /config` for a caller who may list some namespaces only (a Kubernetes identity).
 
-The allowed (kind, namespace) pairs are worked out once per request; the routes they let the
+The allowed (kind, namespace) pairs are worked out once per request (by the Authorizer, from
+the namespaces and API groups `held` names); the routes they let the
 caller see, and the pages built from them, are kept until the index next changes, so a caller
 polling its pages pays a few dictionary look-ups, as a static-token caller does.
 """
@@ -8,6 +9,7 @@ polling its pages pays a few dictionary look-ups, as a static-token caller does.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from slo_api.index import CRIndex
 from slo_api.service import Service
@@ -23,8 +25,10 @@ class VisiblePages:
         self.index = index
         self._plural = {k.name: p for p, k in service.kinds.items()}
         self._name = {p: k.name for p, k in service.kinds.items()}
+        # The kind whose CRs list others as members (pools): what a member's `pool` shows.
+        self._pools = next((k.name for k in service.kinds.values() if k.groups_routes), "")
         self._generation = -1
-        self._namespaces: dict[str, set[str]] = {}
+        self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
         self._routes: dict[tuple[Allowed, str | None], list[str]] = {}
         self._pages: dict[tuple[Allowed, int, int, str | None, bool], tuple[bytes, str]] = {}
@@ -33,37 +37,58 @@ class VisiblePages:
         if self._generation == self.index.generation:
             return
         self._generation = self.index.generation
-        self._namespaces = {
-            self._name[p]: {namespace for namespace, _ in self.index.placed(p)}
-            for p in self.service.kinds
+        held: dict[str, dict[str, set[str]]] = {}
+        for plural in self.service.kinds:
+            spaces = held[self._name[plural]] = {}
+            for namespace, group in self.index.placed_groups(plural):
+                spaces.setdefault(namespace, set()).add(group)
+        self._held = {
+            k: {ns: frozenset(groups) for ns, groups in spaces.items()}
+            for k, spaces in held.items()
         }
-        self._everything = frozenset(
-            (k, ns) for k, spaces in self._namespaces.items() for ns in spaces
-        )
+        self._everything = frozenset((k, ns) for k, spaces in self._held.items() for ns in spaces)
         self._routes.clear()
         self._pages.clear()
 
-    def namespaces(self) -> dict[str, set[str]]:
-        """The namespaces that hold CRs, by kind name: what a caller's `list` is asked about."""
+    def held(self) -> dict[str, dict[str, frozenset[str]]]:
+        """By kind name, the namespaces that hold CRs and the API groups of the copies shown
+        there: what a caller's `list` is asked about."""
         self._follow_index()
-        return self._namespaces
+        return self._held
 
     def page(
-        self, allowed: Allowed, page: int, page_size: int, kind: str | None, full: bool
+        self, allowed: Allowed | None, page: int, page_size: int, kind: str | None, full: bool
     ) -> tuple[bytes, str]:
+        """A page of what `allowed` lets a caller see; None: everything (a static token)."""
         self._follow_index()
-        if allowed >= self._everything:
+        if allowed is None or allowed >= self._everything:
             # Sees every namespace there is: the very pages a static token gets.
             return self.service.page(page, page_size, kind, full)
         key = (allowed, page, page_size, kind, full)
         cached = self._pages.get(key)
         if cached is None:
-            body = self.service.render_page(self._visible(allowed, kind), page, page_size, full)
+            line = self._line(allowed) if full else None
+            body = self.service.render_page(
+                self._visible(allowed, kind), page, page_size, full, line
+            )
             etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
             if len(self._pages) >= PAGES:
                 del self._pages[next(iter(self._pages))]
             cached = self._pages[key] = (body, etag)
         return cached
+
+    def _line(self, allowed: Allowed) -> Callable[[str], bytes]:
+        """A route's full item as this caller may see it: a member's `pool` only where the
+        caller may list (so read) the pools of the member's namespace."""
+        service, claimed_in = self.service, self.index.claimed_in
+
+        def line(route: str) -> bytes:
+            claims = claimed_in(route)
+            if len(claims) == 1 and (self._pools, claims[0][1]) not in allowed:
+                return service.line("full-unpooled", route)
+            return service.line("full", route)
+
+        return line
 
     def _visible(self, allowed: Allowed, kind: str | None) -> list[str]:
         """Routes with at least one claiming CR the caller may list (an ambiguous route too)."""

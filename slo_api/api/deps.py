@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from slo_api.access import Caller
 from slo_api.api.middleware import CALLER_SCOPE_KEY
 from slo_api.errors import ApiError
-from slo_api.identity import Caller
 from slo_api.runtime import Runtime
 from slo_api.service import Service
 
@@ -20,7 +20,7 @@ async def runtime(request: Request) -> Runtime:
     return value
 
 
-def _bearer(request: Request) -> str:
+async def bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -28,25 +28,22 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-async def read_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Caller:
-    caller = await rt.gate.authenticate(_bearer(request))
-    request.scope[CALLER_SCOPE_KEY] = caller.name
-    return caller
-
-
-async def write_access(request: Request, rt: Annotated[Runtime, Depends(runtime)]) -> Caller:
-    caller = await read_access(request, rt)
-    if caller.role == "read":
-        raise ApiError(403, "this token may read but not change routes")
-    # A Kubernetes identity is authorized on the CR the route resolves to, in the handler.
-    return caller
+async def caller(
+    request: Request,
+    rt: Annotated[Runtime, Depends(runtime)],
+    token: Annotated[str, Depends(bearer)],
+) -> Caller:
+    """Who is calling; what they may do is the Authorizer's to say, per request, in the route."""
+    who = await rt.access.authenticate(token)
+    request.scope[CALLER_SCOPE_KEY] = who.name
+    return who
 
 
 async def service(rt: Annotated[Runtime, Depends(runtime)]) -> Service:
     return rt.service
 
 
-ReadCaller = Annotated[Caller, Depends(read_access)]
-WriteCaller = Annotated[Caller, Depends(write_access)]
+CallerDep = Annotated[Caller, Depends(caller)]
+BearerDep = Annotated[str, Depends(bearer)]
 ServiceDep = Annotated[Service, Depends(service)]
 RuntimeDep = Annotated[Runtime, Depends(runtime)]

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from slo_api.api.deps import ReadCaller, RuntimeDep, ServiceDep, WriteCaller
+from slo_api.access import Allowed, Caller
+from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep
 from slo_api.api.schema import (
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
@@ -21,10 +22,11 @@ from slo_api.api.schema import (
 )
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
-from slo_api.identity import Caller
+from slo_api.events import EventRecorder, regarding
+from slo_api.feed import Visible
 from slo_api.jsonbody import parse_object
 from slo_api.route_names import route_problem
-from slo_api.service import Result, Service, parse_if_match
+from slo_api.service import Result, Target, parse_if_match
 
 router = APIRouter()
 audit = logging.getLogger("slo_api.audit")
@@ -58,43 +60,33 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 class _Write:
     """What one write did, for its audit line and the writes metric."""
 
+    target: Target | None = None
     result: Result | None = None
     outcome: int = 500
 
 
-async def _authorized(svc: Service, route: str, caller: Caller, verb: str) -> None:
-    """Raise 403 unless the caller may `verb` the CR the route resolves to."""
-    target = svc.resolve(route)
-    await caller.require(verb, target.kind, target.namespace, target.name)
-
-
-def _record_event(
-    request: Request, svc: Service, route: str, caller: Caller, write: _Write
-) -> None:
-    if write.result is None:
-        return
-    try:
-        target = svc.resolve(route)
-    except ApiError:  # gone from the index meanwhile: nothing to attach the Event to
+def _record_event(request: Request, caller: Caller, write: _Write) -> None:
+    """An Event on the CR written, naming who changed which fields (none for a no-op)."""
+    if write.target is None or write.result is None or not write.result.changed:
         return
     reason = "SLOReset" if request.method == "DELETE" else "SLOUpdated"
-    regarding = {**target.obj, "metadata": {**target.obj["metadata"]}}
-    regarding["metadata"]["resourceVersion"] = write.result.etag.strip('"')
-    request.app.state.runtime.events.record(regarding, reason, write.result.changed, caller.name)
+    events: EventRecorder = request.app.state.runtime.events
+    events.record(
+        regarding(write.target, write.result.stored), reason, write.result.changed, caller.name
+    )
 
 
 @contextlib.contextmanager
-def _audited(
-    request: Request, svc: Service, route: str, caller: Caller, dry_run: bool
-) -> Iterator[_Write]:
+def _audited(request: Request, route: str, caller: Caller, dry_run: bool) -> Iterator[_Write]:
     write = _Write()
-    kind = svc.kind_of(route)
     try:
         yield write
     except ApiError as exc:
         write.outcome = exc.status
         raise
     finally:
+        target = write.target
+        kind = target.kind.name if target is not None else None
         audit.info(
             "%s %s",
             request.method,
@@ -103,6 +95,11 @@ def _audited(
                 "audit": True,
                 "route": route,
                 "kind": kind,
+                # The CR resolved, as the review and the write saw it (None: not resolved).
+                "group": target.group if target is not None else None,
+                "namespace": target.namespace if target is not None else None,
+                "object": target.name if target is not None else None,
+                "uid": target.uid if target is not None else None,
                 "method": request.method,
                 "fields": write.result.changed if write.result else None,
                 "dry_run": dry_run,
@@ -116,12 +113,11 @@ def _audited(
 
 
 async def get_route(
-    route: RouteName, svc: ServiceDep, caller: ReadCaller, if_none_match: IfNoneMatch = None
+    route: RouteName, rt: RuntimeDep, caller: CallerDep, if_none_match: IfNoneMatch = None
 ) -> Response:
     _check_route(route)
-    if not caller.static:
-        await _authorized(svc, route, caller, "get")
-    result = await svc.read(route)
+    target = await rt.access.resolve(caller, route)
+    result = await rt.service.read(target, await rt.access.pools(caller, target))
     if _matches(if_none_match, result.etag):
         return Response(status_code=304, headers={"ETag": result.etag})
     return _json(result.body, headers={"ETag": result.etag})
@@ -130,15 +126,15 @@ async def get_route(
 async def put_route(
     route: RouteName,
     request: Request,
-    svc: ServiceDep,
-    caller: WriteCaller,
+    rt: RuntimeDep,
+    caller: CallerDep,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    with _audited(request, svc, route, caller, dry_run) as write:
-        if not caller.static:
-            await _authorized(svc, route, caller, "patch")
+    with _audited(request, route, caller, dry_run) as write:
+        target = write.target = await rt.access.resolve(caller, route)
+        await rt.access.require(caller, "patch", target)
         content_type = request.headers.get("content-type")
         if content_type and content_type.split(";")[0].strip().lower() not in (
             "application/json",
@@ -146,33 +142,42 @@ async def put_route(
         ):
             raise ApiError(415, "send the body as application/json")
         data = parse_object(await request.body())
-        write.result = await svc.write(
-            route, data, if_match=parse_if_match(if_match), dry_run=dry_run
+        write.result = await rt.service.write(
+            target,
+            data,
+            if_match=parse_if_match(if_match),
+            dry_run=dry_run,
+            pools=await rt.access.pools(caller, target),
         )
         write.outcome = 200
         if not dry_run:
-            _record_event(request, svc, route, caller, write)
+            _record_event(request, caller, write)
         return _json(write.result.body, headers={"ETag": write.result.etag})
 
 
 async def delete_route(
     route: RouteName,
     request: Request,
-    svc: ServiceDep,
-    caller: WriteCaller,
+    rt: RuntimeDep,
+    caller: CallerDep,
     dry_run: DryRun = False,
     if_match: IfMatch = None,
 ) -> Response:
     _check_route(route)
-    with _audited(request, svc, route, caller, dry_run) as write:
-        if not caller.static:
-            await _authorized(svc, route, caller, "patch")
-        write.result = await svc.reset(route, if_match=parse_if_match(if_match), dry_run=dry_run)
+    with _audited(request, route, caller, dry_run) as write:
+        target = write.target = await rt.access.resolve(caller, route)
+        await rt.access.require(caller, "patch", target)
+        write.result = await rt.service.reset(
+            target,
+            if_match=parse_if_match(if_match),
+            dry_run=dry_run,
+            pools=await rt.access.pools(caller, target),
+        )
         if dry_run:
             write.outcome = 200
             return _json(write.result.body, headers={"ETag": write.result.etag})
         write.outcome = 204
-        _record_event(request, svc, route, caller, write)
+        _record_event(request, caller, write)
         return Response(status_code=204, headers={"ETag": write.result.etag})
 
 
@@ -221,7 +226,8 @@ for prefix, tag, suffix in (
 )
 async def list_routes(
     rt: RuntimeDep,
-    caller: ReadCaller,
+    caller: CallerDep,
+    token: BearerDep,
     page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
     kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
@@ -246,6 +252,10 @@ async def list_routes(
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
     if watch:
+        access = rt.access.stream(token, caller, kind, rt.visible.held)
+        # Asked once before the stream opens, so a caller without list and watch anywhere
+        # gets a plain 403 (and a revoked token a 401) instead of a stream.
+        allowed = await access.allowed()
         return open_stream(
             rt.feed,
             view=view,
@@ -253,16 +263,27 @@ async def list_routes(
             since=since,
             accept=accept,
             last_event_id=last_event_id,
-            # A Kubernetes identity follows only the routes it may list.
-            visible=None if caller.static else caller.may_list,
+            visible=_within(allowed),
         )
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")
-    if caller.static:
-        body, etag = rt.service.page(page, page_size, kind, full=view == "full")
-    else:
-        allowed = await caller.listable(rt.visible.namespaces())
-        body, etag = rt.visible.page(allowed, page, page_size, kind, view == "full")
+    held = rt.visible.held()
+    if kind is not None:
+        # A full item shows a member's pool only where the caller may list pools: ask that too.
+        held = {k: held[k] for k in (kind, "pool") if k == kind or view == "full"}
+    allowed = await rt.access.visible(caller, held)
+    body, etag = rt.visible.page(allowed, page, page_size, kind, view == "full")
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
+
+
+def _within(allowed: Allowed | None) -> Visible | None:
+    """The feed's per-(kind, namespace) question, answered from what the stream may follow."""
+    if allowed is None:
+        return None
+
+    async def visible(kind: str, namespace: str) -> bool:
+        return (kind, namespace) in allowed
+
+    return visible

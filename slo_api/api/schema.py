@@ -76,8 +76,9 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         304: "Not modified (If-None-Match matched)",
         400: "Invalid request",
         401: "Missing or wrong token",
-        403: "A read token on a write, or RBAC denies the Kubernetes identity this verb",
-        404: "No such route",
+        403: "A read token on a write, RBAC denies the Kubernetes identity this verb, or "
+        "(watch) it may list and watch the kind in no namespace",
+        404: "No such route, or none of its CRs the caller may read",
         409: "The route is claimed by more than one CR",
         412: "If-Match did not match",
         413: "Body too large",
@@ -104,7 +105,8 @@ GET_RESPONSES = {
 }
 PUT_RESPONSES = {
     200: {
-        "description": "The stored (or, with dryRun, would-be) route",
+        "description": "The stored (or, with dryRun, would-be) route; when the body changes "
+        "nothing, the route as stored (no write, no Event)",
         "headers": _ETAG,
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
@@ -155,7 +157,7 @@ CONFIG_RESPONSES = {
             },
         },
     },
-    **_errors(304, 400, 401, 410, 429, 503),
+    **_errors(304, 400, 401, 403, 410, 429, 503),
 }
 PUT_BODY = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": ROUTE_BODY}}}

@@ -15,7 +15,7 @@ from pathlib import Path
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
-from slo_api.cli.kubeconfig import token_from_kubeconfig
+from slo_api.cli.kubeconfig import check_transport, token_from_kubeconfig
 from slo_api.cli.output import FORMATS
 
 DEFAULT_TIMEOUT = 10.0
@@ -28,7 +28,8 @@ environment:
   SLO_API_TOKEN  bearer token (or --token-file, which keeps it out of the environment too;
                  --token puts it in the process list)
   KUBECONFIG     without a token: the current context's token, tokenFile or exec plugin
-                 (or --kubeconfig), for slo-api's Kubernetes identities"""
+                 (or --kubeconfig), for slo-api's Kubernetes identities; sent only over
+                 https:// or to loopback, and the context is named on stderr"""
 
 SET_HELP = """\
 keys (dotted paths as `sloctl get` shows them):
@@ -227,7 +228,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise usage("no server: pass --server or set SLO_API_URL")
         token = _token(args)
         if not token and kubeconfig:
-            token = token_from_kubeconfig(kubeconfig)
+            credential = token_from_kubeconfig(kubeconfig)
+            check_transport(server, credential)
+            # Which cluster identity is being lent to slo-api, said every time: the current
+            # context may well be another cluster's.
+            print(
+                f"sloctl: using the credentials of kubeconfig context {credential.context!r} "
+                f"(user {credential.user!r})",
+                file=sys.stderr,
+            )
+            token = credential.token
         with SloClient(server, token, args.timeout) as client:
             return handler(client, args)
     except CliError as exc:

@@ -7,9 +7,12 @@ and auth-provider entries carry no bearer token and are refused with a hint.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,46 @@ def _named(configs: list[tuple[Path, Obj]], section: str, name: str) -> tuple[Pa
     return None
 
 
-def token_from_kubeconfig(paths: str, context: str | None = None) -> str:
+@dataclass(frozen=True)
+class KubeCredential:
+    """A kubeconfig context's bearer token, and which context and user it came from."""
+
+    token: str
+    context: str
+    user: str
+
+    def __repr__(self) -> str:
+        return f"KubeCredential(context={self.context!r}, user={self.user!r})"
+
+
+def loopback(server: str) -> bool:
+    """True when `server` names this machine (localhost, 127.0.0.0/8 or ::1)."""
+    host = urllib.parse.urlsplit(server).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(server: str, credential: KubeCredential) -> None:
+    """Refuse to send a cluster credential where anyone on the way could read it.
+
+    A kubeconfig token is good for the cluster too (unless minted for slo-api's audience):
+    over plain HTTP to another host it could be read and replayed. Loopback is fine (a
+    port-forward, a local run).
+    """
+    if urllib.parse.urlsplit(server).scheme.lower() == "https" or loopback(server):
+        return
+    raise usage(
+        f"refusing to send the credentials of kubeconfig context {credential.context!r} over "
+        f"plain HTTP to {server}: use an https:// server, a port-forward to localhost, or "
+        "pass a token minted for slo-api (--token-file)"
+    )
+
+
+def token_from_kubeconfig(paths: str, context: str | None = None) -> KubeCredential:
     """The token of the (current) context of a KUBECONFIG-style list of files."""
     files = [Path(p).expanduser() for p in paths.split(os.pathsep) if p]
     configs = [(p, _load(p)) for p in files if p.exists() or len(files) == 1]
@@ -64,7 +106,7 @@ def token_from_kubeconfig(paths: str, context: str | None = None) -> str:
     user = _named(configs, "users", str(user_name)) if user_name else None
     if user is None:
         raise usage(f"the kubeconfig's context {name!r} names no known user")
-    return _token_of(user[0], user[1], str(user_name))
+    return KubeCredential(_token_of(user[0], user[1], str(user_name)), str(name), str(user_name))
 
 
 def _token_of(path: Path, user: Obj, name: str) -> str:

@@ -231,6 +231,82 @@ async def test_with_only_the_old_group_every_operation_works_with_default_settin
     ), json.dumps(logged)
 
 
+def _role(namespace: str, name: str, group: str) -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace},
+        "rules": [
+            {
+                "apiGroups": [group],
+                "resources": list(SLO_PLURALS),
+                "verbs": ["get", "list", "watch", "patch"],
+            }
+        ],
+    }
+
+
+def _bind(namespace: str, name: str, kind: str, role: str) -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+
+
+async def test_kubernetes_identities_are_reviewed_on_the_group_that_holds_the_cr(
+    own_admin: Admin, ns: str, own_kubeconfig: Path
+) -> None:
+    """Only the old group is served. `editor` holds slo-api-edit (which covers both groups);
+    `newcomer` holds every verb, but on the new group only, where no CR is: it must not reach
+    the old group's CR through slo-api's own rights."""
+    only_old_group(own_admin)
+    route = f"chat-{ns}"
+    own_admin.create(under(OLD, crs.llm(ns, "chat", service_id=route, priority=3)))
+    own_admin.create(_role(ns, "new-group-only", NEW))
+    for who, kind, role in (
+        ("editor", "ClusterRole", "slo-api-edit"),
+        ("newcomer", "Role", "new-group-only"),
+    ):
+        own_admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": who, "namespace": ns},
+            }
+        )
+        own_admin.create(_bind(ns, who, kind, role))
+    auth = {
+        who: {"Authorization": f"Bearer {own_admin.service_account_token(ns, who)}"}
+        for who in ("editor", "newcomer")
+    }
+    async with running(own_kubeconfig, slo_api_kubernetes_auth=True) as service:
+        await service.eventually(lambda: service.indexed(route), what=route)
+        client = service.client
+        editor, newcomer = auth["editor"], auth["newcomer"]
+
+        read = await client.get(f"/routes/{route}", headers=editor)
+        assert read.status_code == 200, read.text
+        written = await client.put(f"/routes/{route}", json={"priority": 5}, headers=editor)
+        assert written.status_code == 200, written.text
+        assert stored(own_admin, OLD, LLM_KIND, ns, "chat")["spec"]["priority"] == 5
+        listed = await client.get("/config", params={"pageSize": "200"}, headers=editor)
+        assert route in config_routes(listed.json())
+
+        for method, body in (("GET", None), ("PUT", {"priority": 9}), ("DELETE", None)):
+            refused = await client.request(method, f"/routes/{route}", json=body, headers=newcomer)
+            assert refused.status_code == 404, (method, refused.text)
+        listed = await client.get("/config", params={"pageSize": "200"}, headers=newcomer)
+        assert route not in config_routes(listed.json())
+        stream = await client.get(
+            "/config", params={"watch": "true", "kind": "llm"}, headers=newcomer
+        )
+        assert stream.status_code == 403, stream.text
+        assert stored(own_admin, OLD, LLM_KIND, ns, "chat")["spec"]["priority"] == 5
+
+
 # -- both groups (a migration) -----------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ and `nobody` call slo-api with their own tokens; each must get exactly what RBAC
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -25,6 +26,7 @@ from tests.integration import crs
 from tests.integration.process import start_process
 from tests.integration.service import AUTH, RunningService, running
 from tests.integration.tcpproxy import TcpProxy
+from tests.integration.test_watch_stream import Stream, initial, served
 
 pytestmark = pytest.mark.integration
 
@@ -106,6 +108,13 @@ async def _call(
     return await service.client.request(method, path, json=body, headers=who)
 
 
+def _not_registered(response: httpx.Response, route: str) -> None:
+    assert response.status_code == 404, response.text
+    assert response.json() == {
+        "error": {"code": "not_found", "message": f"route {route!r} is not registered"}
+    }
+
+
 def _forbidden(response: httpx.Response, verb: str, world: World) -> None:
     assert response.status_code == 403, response.text
     error = response.json()["error"]
@@ -141,7 +150,8 @@ async def test_each_identity_gets_exactly_what_rbac_grants(
                     assert got.status_code == 200, (who, route, got.text)
                     assert got.json()["route"] == route
                 else:
-                    _forbidden(got, "get", world)
+                    # A route the caller may not read does not exist for it.
+                    _not_registered(got, route)
                 for method, path, sent in (
                     ("PUT", f"/routes/{route}?dryRun=true", body),
                     ("PUT", f"/config/{route}", {"route": route, **body}),
@@ -151,8 +161,10 @@ async def test_each_identity_gets_exactly_what_rbac_grants(
                     answer = await _call(kservice, auth, method, path, sent)
                     if may_write:
                         assert answer.status_code in (200, 204), (who, method, path, answer.text)
-                    else:
+                    elif may_read:
                         _forbidden(answer, "patch", world)
+                    else:
+                        _not_registered(answer, route)
     # Nothing the viewer or nobody tried reached a CR: namespace b still has its priority.
     stored = await kservice.get(f"/routes/{b}-llm")
     assert stored.json()["priority"] == 0
@@ -212,7 +224,8 @@ async def test_revoked_binding_and_deleted_service_account_stop_working(
 
         admin.delete(RBAC, "RoleBinding", world.a, "editor")
         await service.eventually(
-            lambda: _status(service, editor, f"/routes/{world.a}-llm", 403),
+            # It may read nothing there any more: the route no longer exists for it.
+            lambda: _status(service, editor, f"/routes/{world.a}-llm", 404),
             within=10,
             what="the editor refused once its RoleBinding is gone",
         )
@@ -347,15 +360,82 @@ async def test_a_write_records_an_event_naming_who_changed_what(
     assert "slo-api" in {m["manager"] for m in stored["metadata"]["managedFields"]}
 
 
-async def test_a_refused_caller_learns_no_namespace_or_cr_name(
+async def test_a_caller_without_rights_cannot_tell_routes_that_exist_from_others(
     kservice: RunningService, world: World
 ) -> None:
-    """A refused caller learns nothing about which namespace or CR a route is in."""
+    """Existing routes of each kind, an ambiguous one and one that never was: the same 404."""
     await _wait_indexed(kservice, world)
-    answer = await _call(kservice, world.auth("nobody"), "PUT", f"/routes/{world.a}-pool", {})
-    _forbidden(answer, "patch", world)
-    missing = await _call(kservice, world.auth("nobody"), "GET", "/routes/no-such-route-here")
-    assert missing.status_code == 404
+    shared = f"{world.a.removesuffix('-a')}-shared"
+    nobody, viewer = world.auth("nobody"), world.auth("viewer")
+    for route in (f"{world.a}-llm", f"{world.a}-job", f"{world.a}-pool", shared, "no-such-route"):
+        for method, body in (("GET", None), ("PUT", {"priority": 1}), ("DELETE", None)):
+            _not_registered(await _call(kservice, nobody, method, f"/routes/{route}", body), route)
+            _not_registered(await _call(kservice, nobody, method, f"/config/{route}", body), route)
+    # Who may read one of its CRs (the viewer, in b) is told the route is ambiguous.
+    assert (await _call(kservice, viewer, "GET", f"/routes/{shared}")).status_code == 409
+    # And a caller that may read but not patch is told it may not patch, naming nothing else.
+    _forbidden(await _call(kservice, viewer, "PUT", f"/routes/{world.b}-pool", {}), "patch", world)
+
+
+async def test_a_change_stream_needs_list_and_watch_somewhere(
+    slo_api_kubeconfig: Path, world: World
+) -> None:
+    async with served(slo_api_kubeconfig, slo_api_kubernetes_auth=True) as (service, client):
+        await _wait_indexed(service, world)
+        params = {"watch": "true", "kind": "llm"}
+        refused = await client.get("/config", params=params, headers=world.auth("nobody"))
+        assert refused.status_code == 403, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "forbidden"
+        assert "list and watch" in error["message"]
+        for secret in (world.a, world.b, world.people):
+            assert secret not in error["message"]
+        assert not service.runtime.feed.watchers  # no slot taken
+        gone = await client.get("/config", params=params, headers={"Authorization": "Bearer no"})
+        assert gone.status_code == 401
+        # The viewer may list and watch in b: its stream opens and shows b's routes only.
+        shared = f"{world.a.removesuffix('-a')}-shared"
+        async with client.stream(
+            "GET", "/config", params=params, headers=world.auth("viewer")
+        ) as response:
+            assert response.status_code == 200
+            seen = await Stream(response).until(initial)
+        ours = {f"{world.a}-llm", f"{world.b}-llm", shared}
+        assert {e.get("route") for e in seen} & ours == {f"{world.b}-llm", shared}
+
+
+async def test_a_flood_of_bad_tokens_never_holds_up_a_valid_callers_writes(
+    slo_api_kubeconfig: Path, world: World
+) -> None:
+    """300 requests with distinct unknown tokens (each a TokenReview) beside an editor's writes:
+    the writes all succeed, the flood is all refused, and the TokenReviews in flight stay
+    within their bound."""
+    async with running(
+        slo_api_kubeconfig, slo_api_kubernetes_auth=True, review_concurrency=4
+    ) as service:
+        await _wait_indexed(service, world)
+        editor, route = world.auth("editor"), f"/routes/{world.a}-llm"
+        assert (await _call(service, editor, "GET", route)).status_code == 200
+
+        async def flood(n: int) -> int:
+            bad = {"Authorization": f"Bearer not-a-token-{n}"}
+            return (await _call(service, bad, "GET", route)).status_code
+
+        async def writes() -> list[int]:
+            codes = []
+            for priority in range(1, 11):
+                answer = await _call(service, editor, "PUT", route, {"priority": priority})
+                codes.append(answer.status_code)
+            return codes
+
+        flooded, written = await asyncio.gather(
+            asyncio.gather(*(flood(n) for n in range(300))), writes()
+        )
+        assert written == [200] * 10
+        assert set(flooded) <= {401, 503}
+        assert 401 in flooded
+        stored = await _call(service, editor, "GET", route)
+        assert stored.json()["priority"] == 10
 
 
 def test_slo_api_may_review_tokens_and_access_and_record_events(
@@ -432,7 +512,9 @@ async def test_a_namespace_editor_edits_through_slo_api_without_a_new_binding(
     assert written.json()["priority"] == 9
     listed = await _listed(kservice, auth)
     assert f"{world.a}-job" in {item["route"] for item in listed["items"]}
-    _forbidden(await _call(kservice, auth, "PUT", f"/routes/{world.b}-job", {}), "patch", world)
+    _not_registered(
+        await _call(kservice, auth, "PUT", f"/routes/{world.b}-job", {}), f"{world.b}-job"
+    )
 
 
 async def test_sloctl_sends_the_kubeconfig_token_to_a_real_process(
@@ -472,9 +554,11 @@ async def test_sloctl_sends_the_kubeconfig_token_to_a_real_process(
 
         mine = sloctl("set", f"{world.a}-llm", "priority=6")
         assert mine.returncode == 0, mine.stderr
+        assert "kubeconfig context 'editor' (user 'editor')" in mine.stderr
         theirs = sloctl("set", f"{world.b}-llm", "priority=6")
-        assert theirs.returncode == 5, theirs.stderr
-        assert "may not get" in theirs.stderr
+        # Not the editor's namespace: for the editor, the route does not exist.
+        assert theirs.returncode == 3, theirs.stderr
+        assert "not registered" in theirs.stderr
         users = {line.get("user") for line in process.lines() if line.get("audit")}
         assert users == {f"system:serviceaccount:{world.people}:editor"}
     finally:

@@ -544,9 +544,15 @@ def deployment_problems(deployment: Obj) -> list[str]:
     if token.get("valueFrom", {}).get("secretKeyRef", {}) != {"name": NAME, "key": "token"}:
         problems.append("SLO_API_TOKEN does not come from Secret slo-api key token")
     if "value" in token or any(
-        "TOKEN" in str(e.get("name")) and "value" in e for e in env.values()
+        "TOKEN" in str(name) and name != "SLO_API_TOKEN_AUDIENCES" and "value" in e
+        for name, e in env.items()
     ):
         problems.append("a token is written into the manifest")
+    if env.get("SLO_API_KUBERNETES_AUTH", {}).get("value") == "true" and (
+        env.get("SLO_API_TOKEN_AUDIENCES", {}).get("value") != "slo-api"
+    ):
+        # Without an audience, users' API-server tokens would cross the plain-HTTP Service.
+        problems.append("Kubernetes identities are on without the token audience slo-api")
     if env.get("LOG_FORMAT", {}).get("value") != "json":
         problems.append("LOG_FORMAT is not json")
 

@@ -367,11 +367,13 @@ async def test_metrics_say_per_group_what_is_served_watched_and_left_over(
 
 def test_a_target_names_the_group_of_the_copy_it_resolved_to() -> None:
     [llm, _, pool] = build_kinds(Settings(slo_api_token="x" * 16))
-    assert Target(llm, cr(OLD, "a")).resource == Resource(OLD, "v1alpha1", PLURAL)
-    assert Target(llm, cr(NEW, "a")).resource == Resource(NEW, "v1alpha1", PLURAL)
+    old = Target.of("a", llm, cr(OLD, "a"))
+    assert old.resource == Resource(OLD, "v1alpha1", PLURAL)
+    assert (old.group, old.api_version) == (OLD, f"{OLD}/v1alpha1")
+    assert Target.of("a", llm, cr(NEW, "a")).resource == Resource(NEW, "v1alpha1", PLURAL)
     # An object from a group the kind does not list (or none) is written to the preferred one.
-    assert Target(llm, {"metadata": {}}).resource == llm.resource
-    assert Target(pool, {"apiVersion": f"{OLD}/v1alpha1"}).resource == pool.resource
+    assert Target.of("a", llm, {"metadata": {}}).resource == llm.resource
+    assert Target.of("a", pool, {"apiVersion": f"{OLD}/v1alpha1"}).resource == pool.resource
 
 
 # -- settings --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import yaml
 
 from slo_api.cli.__main__ import main
 
-SERVER = "http://slo.test"
+SERVER = "https://slo.test"
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +51,48 @@ def _sent_token(api: respx.MockRouter, *argv: str) -> tuple[int, str | None]:
     return code, route.calls.last.request.headers.get("Authorization")
 
 
-def test_the_current_context_s_token_is_sent(api: respx.MockRouter, tmp_path: Path) -> None:
+def test_the_current_context_s_token_is_sent_and_named(
+    api: respx.MockRouter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _kubeconfig(tmp_path, {"other": {"token": "wrong"}, "mine": {"token": "kube-tok"}})
     assert _sent_token(api, "--kubeconfig", str(path)) == (0, "Bearer kube-tok")
+    err = capsys.readouterr().err
+    assert "kubeconfig context 'mine' (user 'mine')" in err
+    assert "kube-tok" not in err
+
+
+@pytest.mark.parametrize(
+    ("server", "sent"),
+    [
+        ("http://slo.test", False),
+        ("http://10.0.0.7:8080", False),
+        ("http://127.0.0.1:8080", True),
+        ("http://localhost:8080", True),
+        ("http://[::1]:8080", True),
+    ],
+)
+def test_a_kubeconfig_token_never_goes_over_plain_http_to_another_host(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: str,
+    sent: bool,
+) -> None:
+    monkeypatch.setenv("SLO_API_URL", server)
+    path = _kubeconfig(tmp_path, {"mine": {"token": "kube-tok"}})
+    with respx.mock(base_url=server, assert_all_called=False) as router:
+        route = router.get("/routes/x").respond(json={"route": "x", "kind": "llm"})
+        code = main(["--kubeconfig", str(path), "get", "x", "-o", "json"])
+    assert bool(route.calls) is sent
+    if not sent:
+        assert code == 2
+        assert "refusing to send the credentials of kubeconfig context 'mine'" in (
+            capsys.readouterr().err
+        )
+    # An explicit token is the caller's choice, wherever it goes.
+    with respx.mock(base_url=server, assert_all_called=False) as router:
+        route = router.get("/routes/x").respond(json={"route": "x", "kind": "llm"})
+        assert main(["--token", "given", "get", "x", "-o", "json"]) == 0
 
 
 def test_kubeconfig_from_the_environment_and_a_relative_token_file(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from slo_api.access import TtlCache
 from slo_api.events import EventRecorder
-from slo_api.identity import TtlCache
 from slo_api.kube import KubeError, KubeUnavailable
 from slo_api.metrics import Metrics
 from slo_api.settings import Settings
@@ -127,8 +127,8 @@ async def test_reviews_are_cached_by_token_hash_and_never_hold_the_token(start: 
             assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 1
-        gate = app.state.runtime.gate
-        assert TOKEN not in repr(list(gate._tokens._items)) + repr(list(gate._access._items))
+        reviews = app.state.runtime.access.reviews
+        assert TOKEN not in repr(list(reviews._users._items)) + repr(list(reviews._access._items))
         metrics = (await client.get("/metrics")).text
         assert 'slo_api_review_cache_total{cache="token",result="hit"} 2.0' in metrics
         assert (
@@ -156,7 +156,7 @@ async def test_without_kubernetes_auth_other_tokens_are_never_reviewed(start: St
 
 
 async def test_rbac_decides_and_a_denial_names_the_verb_and_kind_only(start: Started) -> None:
-    kube = _kube(EDIT_A)
+    kube = _kube(EDIT_A | {("get", "llmslorequirements", "b")})
     async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
         await _ready(app)
         denied = await client.put("/routes/in-b", json={"priority": 1}, headers=BEARER)
@@ -254,12 +254,12 @@ async def test_the_request_log_names_the_caller_never_the_token(
         await _ready(app)
         assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
         assert (await client.get("/routes/in-a", headers=AUTH)).status_code == 200
-        assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 403
+        assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 404
     lines = [r for r in caplog.records if r.name == "slo_api.request"]
     assert [(r.__dict__["user"], r.__dict__["status"]) for r in lines] == [
         (USER, 200),
         ("token:write", 200),
-        (USER, 403),
+        (USER, 404),
     ]
     assert all(TOKEN not in r.getMessage() for r in caplog.records)
 

@@ -1,0 +1,289 @@
+"""TokenReviews and SubjectAccessReviews: cached, deduplicated and bounded.
+
+Every answer is cached briefly, keyed by a hash of the token (never the token itself).
+Identical questions asked while one is in flight share its answer (single flight): five
+concurrent `GET /config` of one caller over 300 namespaces ask 300 questions, not 1,500. At
+most `review_concurrency` TokenReviews, and as many SubjectAccessReviews, are in flight at once,
+each kind with its own bound: a flood of unknown tokens waits for TokenReview slots only, so
+it neither crowds known callers' access questions nor takes the connections that writes and
+watches need. Beyond `REVIEW_QUEUE_FACTOR` times that many TokenReviews waiting, one is refused
+at once (503 with Retry-After) rather than queued without end; access questions, asked only
+for callers already authenticated, wait.
+
+An answer that cannot be read (not JSON, `status` not an object, fields of the wrong type)
+fails closed like an answer that never came: 503. Only the JSON boolean `true` authenticates
+or allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from slo_api.errors import ApiError
+from slo_api.kube import Kube, KubeError
+from slo_api.metrics import Metrics
+from slo_api.settings import Settings
+
+log = logging.getLogger("slo_api.access")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+RETRY_AFTER_SECONDS = 5
+REVIEW_QUEUE_FACTOR = 8
+# (token hash, verb, group, plural, namespace, name): one access question.
+AccessKey = tuple[str, str, str, str, str, str]
+
+
+class TtlCache(Generic[K, V]):
+    """A dict whose entries expire, holding at most `size` of them (the oldest go first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[K, tuple[float, V]] = {}
+
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[0] <= time.monotonic():
+            del self._items[key]
+            return None
+        return item[1]
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._items.pop(key, None)
+        if len(self._items) >= self.size:
+            now = time.monotonic()
+            for stale in [k for k, (expires, _) in self._items.items() if expires <= now]:
+                del self._items[stale]
+            while len(self._items) >= self.size:
+                del self._items[next(iter(self._items))]
+        self._items[key] = (time.monotonic() + ttl, value)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass(frozen=True)
+class User:
+    """What a TokenReview said about the bearer of a token."""
+
+    username: str
+    uid: str
+    groups: tuple[str, ...]
+    extra: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def from_review(cls, user: Any) -> User:
+        """Raises ValueError when the answer is not the shape a TokenReview has."""
+        if not isinstance(user, dict):
+            raise ValueError("status.user is not an object")
+        username, uid = user.get("username", ""), user.get("uid", "")
+        groups, extra = user.get("groups") or [], user.get("extra") or {}
+        if not isinstance(username, str) or not isinstance(uid, str):
+            raise ValueError("status.user.username or uid is not a string")
+        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            raise ValueError("status.user.groups is not a list of strings")
+        if not isinstance(extra, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in extra.values()
+        ):
+            raise ValueError("status.user.extra is not a map of string lists")
+        return cls(
+            username=username,
+            uid=uid,
+            groups=tuple(groups),
+            extra=tuple(sorted((str(k), tuple(v)) for k, v in extra.items())),
+        )
+
+
+def token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def unavailable(what: str, why: object) -> ApiError:
+    log.error("%s failed, refusing the request: %s", what, why)
+    return ApiError(
+        503,
+        f"cannot check the caller's access: the Kubernetes API server did not answer the {what}",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        code="unavailable",
+    )
+
+
+class _Bound:
+    """At most `limit` holders at once, and at most `waiting` queued behind them."""
+
+    def __init__(self, what: str, limit: int, waiting: int | None = None) -> None:
+        self.what = what
+        self._slots = asyncio.Semaphore(limit)
+        self._waiting = 0
+        self._max_waiting = waiting
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if (
+            self._max_waiting is not None
+            and self._slots.locked()
+            and self._waiting >= self._max_waiting
+        ):
+            raise unavailable(self.what, f"more than {self._max_waiting} waiting")
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+class _SingleFlight(Generic[K, V]):
+    """Concurrent calls with one key share one run of the work.
+
+    The work runs in a task of its own: a caller that goes away (a client disconnecting)
+    never cancels the answer others wait for, and the answer still reaches the cache.
+    """
+
+    def __init__(self) -> None:
+        self._running: dict[K, asyncio.Task[V]] = {}
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    async def run(self, key: K, work: Callable[[], Awaitable[V]]) -> V:
+        task = self._running.get(key)
+        if task is None:
+
+            async def _run() -> V:
+                return await work()
+
+            task = asyncio.ensure_future(_run())
+            self._running[key] = task
+            task.add_done_callback(lambda t: self._done(key, t))
+        return await asyncio.shield(task)
+
+    def _done(self, key: K, task: asyncio.Task[V]) -> None:
+        if self._running.get(key) is task:
+            del self._running[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone
+
+
+# Stands for a refused token in the token cache.
+_REFUSED = User("", "", (), ())
+
+
+class Reviews:
+    """The API server's answers about tokens and access, as slo-api may rely on them."""
+
+    def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.audiences = settings.token_audiences
+        self._users: TtlCache[str, User] = TtlCache(settings.review_cache_size)
+        self._access: TtlCache[AccessKey, bool] = TtlCache(settings.review_cache_size)
+        self._token_flights: _SingleFlight[str, User] = _SingleFlight()
+        self._access_flights: _SingleFlight[AccessKey, bool] = _SingleFlight()
+        limit = settings.review_concurrency
+        self._token_bound = _Bound("TokenReview", limit, limit * REVIEW_QUEUE_FACTOR)
+        # Access questions come from callers already authenticated, one per namespace of a
+        # `GET /config` (hundreds at once are normal): they wait for a slot, never refused.
+        self._access_bound = _Bound("SubjectAccessReview", limit)
+        cache = metrics.review_cache
+        self._cache = {
+            (c, r): cache.labels(c, r) for c in ("token", "access") for r in ("hit", "miss")
+        }
+        self._errors = {
+            "token": metrics.authentications.labels("kubernetes", "error"),
+            "access": metrics.authorizations,
+        }
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    async def user(self, token: str, key: str) -> User | None:
+        """Who the bearer of `token` is, or None when the API server refuses the token."""
+        user = self._users.get(key)
+        if user is None:
+            self._cache["token", "miss"].inc()
+            user = await self._token_flights.run(key, lambda: self._review_token(token, key))
+        else:
+            self._cache["token", "hit"].inc()
+        return None if user is _REFUSED else user
+
+    async def _review_token(self, token: str, key: str) -> User:
+        try:
+            async with self._token_bound.slot():
+                status = await self.kube.review_token(token, self.audiences)
+            user = User.from_review(status.get("user") or {})
+            granted = status.get("audiences") or []
+            if not isinstance(granted, list):
+                raise ValueError("status.audiences is not a list")
+        except (KubeError, ValueError) as exc:
+            self._errors["token"].inc()
+            raise unavailable("TokenReview", exc) from None
+        except ApiError:
+            self._errors["token"].inc()
+            raise
+        if (
+            status.get("authenticated") is not True
+            or not user.username
+            or (self.audiences and not set(granted).intersection(self.audiences))
+        ):
+            self._users.put(key, _REFUSED, self.settings.token_refused_seconds)
+            return _REFUSED
+        self._users.put(key, user, self.settings.token_review_seconds)
+        return user
+
+    # -- access ----------------------------------------------------------------------------
+
+    def cached(self, key: AccessKey) -> bool | None:
+        """A decision already known, read without awaiting; None when it must be asked."""
+        decision = self._access.get(key)
+        if decision is not None:
+            self._cache["access", "hit"].inc()
+        return decision
+
+    async def allowed(self, user: User, key: AccessKey) -> bool:
+        decision = self.cached(key)
+        if decision is not None:
+            return decision
+        self._cache["access", "miss"].inc()
+        return await self._access_flights.run(key, lambda: self._review_access(user, key))
+
+    async def _review_access(self, user: User, key: AccessKey) -> bool:
+        _, verb, group, resource, namespace, name = key
+        attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+        if name:
+            attributes["name"] = name
+        spec = {
+            "user": user.username,
+            "uid": user.uid,
+            "groups": list(user.groups),
+            "extra": {k: list(v) for k, v in user.extra},
+            "resourceAttributes": attributes,
+        }
+        try:
+            async with self._access_bound.slot():
+                status = await self.kube.review_access(spec)
+        except (KubeError, ApiError) as exc:
+            self._errors["access"].labels("kubernetes", verb, "error").inc()
+            if isinstance(exc, ApiError):
+                raise
+            raise unavailable("SubjectAccessReview", exc) from None
+        allowed = status.get("allowed") is True and status.get("denied") is not True
+        ttl = (
+            self.settings.access_allowed_seconds if allowed else self.settings.access_denied_seconds
+        )
+        self._access.put(key, allowed, ttl)
+        return allowed

@@ -1,0 +1,458 @@
+"""The Authorizer's rules, on a fake of the seam whose RBAC knows API groups.
+
+Each test here stands for a finding of the access review (see the CHANGELOG): the group a
+review names, what a caller without rights learns, no-op writes, a member's pool, malformed
+review answers, floods of reviews and the access of change streams. What the real API server
+answers is proven in tests/integration/test_kubernetes_auth.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from slo_api.errors import ApiError
+from slo_api.kube import Kube, KubeError
+from tests.unit.conftest import AUTH, Started
+from tests.unit.fakes import FakeKube
+
+Obj = dict[str, Any]
+NEW, OLD, POOLS = "inference.modelsphere.dev", "inference.x-k8s.io", "inference.llmkube.dev"
+USER = "system:serviceaccount:team-a:console"
+TOKEN = "a-kubernetes-token-for-the-console"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+LLMS = "llmslorequirements"
+Grant = tuple[str, str, str, str]  # (verb, group, plural, namespace)
+
+
+def _llm(namespace: str, name: str, group: str = NEW, route: str | None = None) -> Obj:
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": "LLMSLORequirement",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "serviceId": route or name,
+            "priority": 0,
+            "minimumDeployment": {"type": "replica", "value": 1},
+        },
+    }
+
+
+def _pool(namespace: str, name: str, members: list[str]) -> Obj:
+    return {
+        "apiVersion": f"{POOLS}/v1alpha1",
+        "kind": "ModelPool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "members": [{"inferenceServiceRef": {"name": m}} for m in members],
+            "swapPolicy": "sticky",
+            "swapBudget": "300s",
+            "gpu": 1,
+        },
+        "status": {"phase": "Ready", "residentMember": members[0]},
+    }
+
+
+class RbacKube(FakeKube):
+    """Answers TokenReviews for TOKEN and SubjectAccessReviews from grants that name groups."""
+
+    def __init__(self, grants: set[Grant], objects: dict[str, list[Obj]], **kw: Any) -> None:
+        super().__init__(objects, **kw)
+        self.grants = grants
+        self.token_reviews: list[str] = []
+        self.access_reviews: list[Obj] = []
+        self.events: list[Obj] = []
+        self.access_answer: Obj | None = None
+        # While set, TokenReviews of tokens other than TOKEN wait for it.
+        self.hold_tokens: asyncio.Event | None = None
+        self.in_flight = self.most_in_flight = 0
+        self.access_in_flight = self.most_access_in_flight = 0
+
+    async def review_token(self, token: str, audiences: list[str]) -> Obj:
+        self.token_reviews.append(token)
+        if token != TOKEN:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                if self.hold_tokens is not None:
+                    await self.hold_tokens.wait()
+            finally:
+                self.in_flight -= 1
+            return {"authenticated": False}
+        return {
+            "authenticated": True,
+            "user": {"username": USER, "uid": "u-1", "groups": ["system:authenticated"]},
+        }
+
+    async def review_access(self, spec: Obj) -> Obj:
+        self.access_reviews.append(spec)
+        self.access_in_flight += 1
+        self.most_access_in_flight = max(self.most_access_in_flight, self.access_in_flight)
+        try:
+            await asyncio.sleep(0)  # let concurrent requests ask the same question meanwhile
+        finally:
+            self.access_in_flight -= 1
+        if self.access_answer is not None:
+            return self.access_answer
+        a = spec["resourceAttributes"]
+        return {"allowed": (a["verb"], a["group"], a["resource"], a["namespace"]) in self.grants}
+
+    async def create_event(self, namespace: str, event: Obj) -> Obj:
+        self.events.append(event)
+        return event
+
+
+def _grants(group: str, plural: str, namespace: str, *verbs: str) -> set[Grant]:
+    return {(v, group, plural, namespace) for v in verbs}
+
+
+async def _ready(app: Any) -> None:
+    for _ in range(500):
+        if app.state.runtime.ready():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never ready")
+
+
+async def _settled(kube: RbacKube) -> None:
+    """Let Events sent in the background reach the fake."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# -- the review names the group of the copy shown and written ------------------------------
+
+
+@pytest.mark.parametrize("granted", [OLD, NEW])
+async def test_the_review_names_the_group_that_holds_the_cr(
+    start: Started, granted: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster serving only the old group: rights there count, rights on the new one do not.
+    The write, its Event and its audit line name the CR the review was about."""
+    caplog.set_level("INFO", logger="slo_api.audit")
+    grants = _grants(granted, LLMS, "a", "get", "list", "watch", "patch")
+    kube = RbacKube(grants, {LLMS: [_llm("a", "chat", OLD)]})
+    kube.groups = {OLD, POOLS}
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        got = await client.get("/routes/chat", headers=BEARER)
+        put = await client.put("/routes/chat", json={"priority": 3}, headers=BEARER)
+        listed = (await client.get("/config", headers=BEARER)).json()
+        rt = app.state.runtime
+        access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
+        if granted == OLD:
+            assert got.status_code == 200, got.text
+            assert put.status_code == 200, put.text
+            assert [i["route"] for i in listed["items"]] == ["chat"]
+            assert await access.allowed() == frozenset({("llm", "a")})
+            await _settled(kube)
+            [event] = kube.events
+            assert event["regarding"]["apiVersion"] == f"{OLD}/v1alpha1"
+            assert (event["regarding"]["namespace"], event["regarding"]["name"]) == ("a", "chat")
+            [audited] = [r.__dict__ for r in caplog.records if getattr(r, "audit", False)]
+            assert (audited["group"], audited["namespace"], audited["object"]) == (OLD, "a", "chat")
+            assert audited["uid"] == "uid-chat"
+        else:
+            assert (got.status_code, put.status_code) == (404, 404)
+            assert listed["items"] == []
+            with pytest.raises(ApiError) as refused:
+                await access.allowed()
+            assert refused.value.status == 403
+        assert {r["resourceAttributes"]["group"] for r in kube.access_reviews} == {OLD}
+
+
+async def test_a_refusal_names_the_group_of_the_cr(start: Started) -> None:
+    kube = RbacKube(_grants(OLD, LLMS, "a", "get"), {LLMS: [_llm("a", "chat", OLD)]})
+    kube.groups = {OLD, POOLS}
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        denied = await client.put("/routes/chat", json={"priority": 3}, headers=BEARER)
+        assert denied.status_code == 403
+        assert f"patch {LLMS}.{OLD}" in denied.json()["error"]["message"]
+
+
+# -- a caller without rights learns nothing about which routes exist ------------------------
+
+
+async def test_routes_a_caller_may_not_read_are_404_like_unknown_ones(start: Started) -> None:
+    objects = {
+        LLMS: [
+            _llm("a", "alone"),
+            _llm("a", "twice-a", route="twice"),
+            _llm("b", "twice-b", route="twice"),
+        ],
+        "modelpools": [_pool("a", "slot", ["alone"])],
+    }
+    kube = RbacKube(set(), objects)
+    async with start(kube, slo_api_kubernetes_auth=True, access_denied_seconds=0) as (
+        client,
+        app,
+    ):
+        await _ready(app)
+        answers = []
+        for route in ("alone", "twice", "slot", "never-was"):
+            for method, body in (("GET", None), ("PUT", {"priority": 1}), ("DELETE", None)):
+                answer = await client.request(method, f"/routes/{route}", json=body, headers=BEARER)
+                error = answer.json()["error"]
+                answers.append((answer.status_code, error["code"], error["message"]))
+                assert error["message"] == f"route {route!r} is not registered"
+        assert {(status, code) for status, code, _ in answers} == {(404, "not_found")}
+        assert kube.patches == []
+        # Who may read one of the CRs claiming an ambiguous route learns it is ambiguous.
+        kube.grants = _grants(NEW, LLMS, "b", "get")
+        twice = await client.get("/routes/twice", headers=BEARER)
+        assert twice.status_code == 409
+        # A static token reads every CR: it is told as before.
+        assert (await client.get("/routes/twice", headers=AUTH)).status_code == 409
+
+
+# -- a write that changes nothing --------------------------------------------------------------
+
+
+async def test_a_write_that_changes_nothing_sends_no_patch_and_records_no_event(
+    start: Started,
+) -> None:
+    grants = _grants(NEW, LLMS, "a", "get", "patch")
+    kube = RbacKube(grants, {LLMS: [_llm("a", "chat")]})
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        current = (await client.get("/routes/chat", headers=BEARER)).json()
+        for headers in (BEARER, AUTH):
+            echoed = await client.put("/routes/chat", json=current, headers=headers)
+            assert echoed.status_code == 200, echoed.text
+            assert echoed.json() == current
+            same = await client.put("/routes/chat", json={"priority": 0}, headers=headers)
+            assert same.status_code == 200
+        # Already at the defaults: a DELETE has nothing to reset either.
+        reset = await client.delete("/routes/chat", headers=BEARER)
+        assert reset.status_code == 204
+        await _settled(kube)
+        assert kube.patches == []
+        assert kube.events == []
+        changed = await client.put("/routes/chat", json={"priority": 2}, headers=BEARER)
+        assert changed.status_code == 200
+        await _settled(kube)
+        assert len(kube.patches) == 1
+        assert [e["note"] for e in kube.events] == [f"{USER} changed priority through slo-api"]
+
+
+async def test_a_write_the_index_thinks_empty_is_checked_against_the_api_server(
+    start: Started,
+) -> None:
+    """The index's copy may lag: "no change" is decided on the CR as the API server holds it."""
+    kube = RbacKube(set(), {LLMS: [_llm("a", "chat")]})
+    async with start(kube) as (client, app):
+        await _ready(app)
+        kube.objects[LLMS, "a", "chat"]["spec"]["priority"] = 5  # changed around the index
+        put = await client.put("/routes/chat", json={"priority": 0}, headers=AUTH)
+        assert put.status_code == 200
+        assert put.json()["priority"] == 0
+        assert len(kube.patches) == 1
+
+
+# -- a member's pool -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("may_get_pool", [False, True])
+async def test_a_member_shows_its_pool_only_to_callers_who_may_get_it(
+    start: Started, may_get_pool: bool
+) -> None:
+    grants = _grants(NEW, LLMS, "a", "get", "patch", "list")
+    if may_get_pool:
+        grants |= _grants(POOLS, "modelpools", "a", "get", "list")
+    kube = RbacKube(
+        grants, {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}
+    )
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        read = (await client.get("/routes/chat", headers=BEARER)).json()
+        written = (await client.put("/routes/chat", json={"priority": 1}, headers=BEARER)).json()
+        listed = []
+        for params in ({"view": "full"}, {"view": "full", "kind": "llm"}):
+            page = (await client.get("/config", params=params, headers=BEARER)).json()
+            listed += [i for i in page["items"] if i["route"] == "chat"]
+        assert len(listed) == 2
+        for body in (read, written, *listed):
+            assert ("pool" in body) is may_get_pool
+        static = (await client.get("/routes/chat", headers=AUTH)).json()
+        assert static["pool"]["route"] == "slot"
+        page = (await client.get("/config", params={"view": "full"}, headers=AUTH)).json()
+        assert {i["route"]: i for i in page["items"]}["chat"]["pool"]["route"] == "slot"
+
+
+# -- malformed review answers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [{"allowed": "true"}, {"allowed": 1}, {"allowed": None}])
+async def test_only_the_json_boolean_true_allows(start: Started, answer: Obj) -> None:
+    kube = RbacKube(set(), {LLMS: [_llm("a", "chat")]})
+    kube.access_answer = answer
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        assert (await client.get("/routes/chat", headers=BEARER)).status_code == 404
+
+
+class _Response:
+    def __init__(self, body: bytes) -> None:
+        self.status, self.reason, self._body = 200, "OK", body
+        self.headers: dict[str, str] = {}
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        pass
+
+
+class _Reviewer:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def _answer(self, *_: Any, **__: Any) -> _Response:
+        return _Response(self.body)
+
+    create_token_review = create_subject_access_review = _answer
+
+
+@pytest.mark.parametrize(
+    "body", [b"<html>proxy error</html>", b"[]", b'{"status": "allowed"}', b'{"status": [true]}']
+)
+async def test_a_review_answer_that_cannot_be_read_is_a_failed_review(body: bytes) -> None:
+    kube = Kube(None, timeout=1)
+    kube._authn = kube._authz = _Reviewer(body)  # type: ignore[assignment]
+    with pytest.raises(KubeError):
+        await kube.review_access({"user": "x"})
+    with pytest.raises(KubeError):
+        await kube.review_token("t", [])
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"authenticated": True, "user": "root"},
+        {"authenticated": True, "user": {"username": USER, "groups": "system:masters"}},
+        {"authenticated": True, "user": {"username": USER}, "audiences": "slo-api"},
+    ],
+)
+async def test_a_token_review_of_the_wrong_shape_is_503(start: Started, status: Obj) -> None:
+    kube = RbacKube(set(), {})
+
+    async def review_token(token: str, audiences: list[str]) -> Obj:
+        return status
+
+    kube.review_token = review_token  # type: ignore[method-assign]
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        answer = await client.get("/config", headers=BEARER)
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "5"
+        assert answer.json()["error"]["code"] == "unavailable"
+
+
+# -- floods of reviews ------------------------------------------------------------------------
+
+
+async def test_identical_concurrent_questions_are_asked_once(start: Started) -> None:
+    spaces = [f"ns-{n}" for n in range(30)]
+    grants = {g for ns in spaces for g in _grants(NEW, LLMS, ns, "list")}
+    kube = RbacKube(grants, {LLMS: [_llm(ns, f"r-{ns}") for ns in spaces]})
+    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=2) as (client, app):
+        await _ready(app)
+        pages = await asyncio.gather(
+            *(client.get("/config", params={"pageSize": 200}, headers=BEARER) for _ in range(5))
+        )
+        assert all(p.json()["total"] == 30 for p in pages)
+        assert len(kube.token_reviews) == 1
+        assert len(kube.access_reviews) == 30
+        # Bounded, and an authenticated caller's questions wait for a slot: none refused.
+        assert kube.most_access_in_flight == 2
+
+
+async def test_a_flood_of_bad_tokens_is_bounded_and_never_holds_up_a_known_caller(
+    start: Started,
+) -> None:
+    grants = _grants(NEW, LLMS, "a", "get", "patch")
+    kube = RbacKube(grants, {LLMS: [_llm("a", "chat")]})
+    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=4) as (client, app):
+        await _ready(app)
+        assert (await client.get("/routes/chat", headers=BEARER)).status_code == 200
+        kube.hold_tokens = asyncio.Event()
+        flood = [
+            asyncio.ensure_future(
+                client.get("/routes/chat", headers={"Authorization": f"Bearer bad-{n}"})
+            )
+            for n in range(100)
+        ]
+        while kube.in_flight < 4:
+            await asyncio.sleep(0.01)
+        # The flood holds every TokenReview slot; a caller already known writes meanwhile.
+        written = await client.put("/routes/chat", json={"priority": 4}, headers=BEARER)
+        assert written.status_code == 200
+        kube.hold_tokens.set()
+        answers = await asyncio.gather(*flood)
+        assert kube.most_in_flight == 4
+        codes = {a.status_code for a in answers}
+        # Beyond 8 x 4 waiting, a review is refused at once rather than queued.
+        assert codes == {401, 503}
+        assert sum(a.status_code == 401 for a in answers) <= 4 + 8 * 4
+
+
+# -- change streams -----------------------------------------------------------------------------
+
+
+async def test_a_stream_needs_list_and_watch_somewhere(start: Started) -> None:
+    kube = RbacKube(_grants(NEW, LLMS, "a", "get", "list"), {LLMS: [_llm("a", "chat")]})
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        refused = await client.get("/config", params={"watch": "true"}, headers=BEARER)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "forbidden"
+        assert "list and watch" in refused.json()["error"]["message"]
+        assert not app.state.runtime.feed.watchers
+
+
+async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: Started) -> None:
+    grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
+    kube = RbacKube(grants, {LLMS: [_llm("a", "in-a"), _llm("b", "in-b")]})
+    async with start(
+        kube, slo_api_kubernetes_auth=True, token_review_seconds=0, access_allowed_seconds=0
+    ) as (_client, app):
+        await _ready(app)
+        rt = app.state.runtime
+        caller = await rt.access.authenticate(TOKEN)
+        access = rt.access.stream(TOKEN, caller, "llm", rt.visible.held)
+        assert access.holder == USER
+        assert await access.allowed() == frozenset({("llm", "a"), ("llm", "b")})
+        kube.grants -= _grants(NEW, LLMS, "b", "watch")
+        assert await access.allowed() == frozenset({("llm", "a")})
+        kube.grants = set()
+        with pytest.raises(ApiError) as forbidden:
+            await access.allowed()
+        assert (forbidden.value.status, forbidden.value.code) == (403, "forbidden")
+        gone = rt.access.stream("a-token-no-longer-valid", caller, "llm", rt.visible.held)
+        with pytest.raises(ApiError) as unauthorized:
+            await gone.allowed()
+        assert unauthorized.value.status == 401
+        static = rt.access.stream(
+            "unit-write-token",
+            await rt.access.authenticate("unit-write-token"),
+            None,
+            rt.visible.held,
+        )
+        assert static.holder is None
+        assert await static.allowed() is None
+        assert "token" not in repr(access).lower().replace("holder", "")
+
+
+async def test_stream_access_is_free_while_the_caches_hold(start: Started) -> None:
+    kube = RbacKube(_grants(NEW, LLMS, "a", "list", "watch"), {LLMS: [_llm("a", "in-a")]})
+    async with start(kube, slo_api_kubernetes_auth=True) as (_client, app):
+        await _ready(app)
+        rt = app.state.runtime
+        access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
+        for _ in range(3):
+            assert await access.allowed() == frozenset({("llm", "a")})
+        assert len(kube.token_reviews) == 1
+        assert len(kube.access_reviews) == 2  # list and watch, once each
