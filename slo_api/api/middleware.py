@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,7 +42,8 @@ class RequestMiddleware:
             return
         headers = dict(scope["headers"])
         sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else uuid.uuid4().hex
+        # 32 random hex digits, as uuid4().hex was, without building a UUID per request.
+        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else os.urandom(16).hex()
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
@@ -69,17 +70,16 @@ class RequestMiddleware:
                 # Refused before reading a byte of it.
                 await _reject(send_with_id, ApiError(413, self._too_large()))
                 return
-            await self.app(scope, self._limited(receive), send_with_id)
+            # Only a request that says it has a body gets its reads counted (a GET has none).
+            has_body = declared is not None or b"transfer-encoding" in headers
+            await self.app(scope, self._limited(receive) if has_body else receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             # A change stream lasts minutes: its own label keeps /config's latencies meaningful.
             template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in _METHODS else "other"
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(
-                elapsed, None if span is None else tracing.exemplar()
-            )
+            self.metrics.count_request(method, template, status, elapsed, span is not None)
             if template not in ("/healthz", "/readyz", "/metrics"):
                 log.info(
                     "%s %s -> %d",
