@@ -225,3 +225,68 @@ async def test_a_backend_that_is_down_never_fails_or_holds_a_request(
                 assert (await http.get(f"/routes/{route}", headers=AUTH)).status_code == 200
     finally:
         silent.close()
+
+
+async def test_review_misses_are_spans_of_the_request_and_hits_are_not(
+    admin: Admin,
+    namespace: str,
+    jaeger: Jaeger,
+    slo_api_kubeconfig: Path,
+    tmp_path: Path,
+    stop_after: list[Process],
+) -> None:
+    route = f"reviewed-{namespace}"
+    admin.create(crs.llm(namespace, "reviewed", service_id=route))
+    admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "tracer", "namespace": namespace},
+        }
+    )
+    admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tracer", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "edit",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "tracer", "namespace": namespace}],
+        }
+    )
+    user = {"Authorization": f"Bearer {admin.service_account_token(namespace, 'tracer')}"}
+    env = _otel(jaeger.otlp_endpoint, f"slo-api-{namespace}", "0")
+    env["SLO_API_KUBERNETES_AUTH"] = "true"
+    process = await _traced(slo_api_kubeconfig, tmp_path, env)
+    stop_after.append(process)
+
+    async def put(traceparent: str, priority: int) -> int:
+        async with httpx.AsyncClient(base_url=process.url, timeout=10) as http:
+            response = await http.put(
+                f"/routes/{route}",
+                headers={**user, "traceparent": traceparent, "Content-Type": "application/json"},
+                content=f'{{"priority": {priority}}}',  # a change: no change sends no patch
+            )
+        return response.status_code
+
+    first, _, first_parent = _traceparent()
+    assert await put(first_parent, 4) == 200
+    second, _, second_parent = _traceparent()
+    assert await put(second_parent, 5) == 200
+
+    async def names_of(trace_id: str) -> Callable[[], Awaitable[set[str] | None]]:
+        async def found() -> set[str] | None:
+            spans = await asyncio.to_thread(jaeger.trace, trace_id)
+            names = {s["operationName"] for s in spans or []}
+            return names if "patch llmslorequirements" in names else None
+
+        return found
+
+    missed = await _until(await names_of(first), "the first request's trace")
+    assert {"tokenreview tokenreviews", "subjectaccessreview subjectaccessreviews"} <= missed
+    # The same caller again: both answers come from the review caches, no call, no span.
+    hit = await _until(await names_of(second), "the second request's trace")
+    assert not {"tokenreview tokenreviews", "subjectaccessreview subjectaccessreviews"} & hit
