@@ -138,9 +138,9 @@ def main() -> int:
     parser.add_argument("--create-concurrency", type=int, default=16)
     parser.add_argument(
         "--only",
-        choices=("fanout", "kubernetes"),
-        help="run only this scenario (kubernetes: at the smallest size) and merge its figures "
-        "into the existing results; the other figures stay as they were",
+        choices=("fanout", "kubernetes", "history"),
+        help="run only this scenario (kubernetes, history: at the smallest size) and merge its "
+        "figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument("--watchers", type=int, default=1000, help="change streams in fan-out")
     parser.add_argument("--fanout-routes", type=int, default=1000, help="routes during fan-out")
@@ -152,6 +152,8 @@ def main() -> int:
     settings = scenarios.Settings(reps=args.reps, seconds=args.seconds)
     if args.only == "kubernetes":
         return run_only(args, sizes[0], settings)
+    if args.only == "history":
+        return run_history(args, sizes[0], settings)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -303,6 +305,36 @@ def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) 
         shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["sizes"][str(size)]["kubernetes"] = entry
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
+def run_history(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
+    """The write path with history on against off, on a fresh control plane, merged into the
+    results of the last full run (the row stands alone: both sides are measured here)."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    log("starting the control plane")
+    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+    try:
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        log(f"creating {size} LLM CRs")
+        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
+        log(f"{size} routes: PUT with the history recorded against it off")
+        entry = scenarios.history_writes(
+            cluster.credentials.slo_api_kubeconfig, workdir, size, settings
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    entry["loadavg_at_start"] = machine()["loadavg_at_start"]
+    results["history"] = entry
     _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))

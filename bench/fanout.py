@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from bench.scenarios import AUTH, REPO, TOKEN, ServiceProcess, Settings
 
 LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
 MARK_BASE = 1_000_000  # maximumDeployment values the driver writes: MARK_BASE + change number
+STALLED = 20  # streams whose clients stop reading, in the SIGTERM measure
 
 
 class Changes:
@@ -192,6 +194,7 @@ def fanout(
         cpu = (load.process_cpu_seconds(svc.pid) - cpu_before) / wall
         out["delivery_clients_cpu"] = (group.cpu_seconds() - clients_before) / wall
         time.sleep(3)  # stragglers
+        out["sigterm"] = _sigterm(svc, stalled=STALLED)
     finally:
         reports = group.close()
     last: dict[int, float] = {}
@@ -228,6 +231,40 @@ def fanout(
         "dropped_streams": dropped,
     }
     return out
+
+
+def _sigterm(svc: ServiceProcess, stalled: int) -> dict[str, Any]:
+    """SIGTERM with every stream still open and `stalled` more whose clients never read:
+    how long until the process exits, and how."""
+    host, port = svc.url.removeprefix("http://").rsplit(":", 1)
+    sockets = []
+    for _ in range(stalled):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(
+            f"GET /config?watch=true&view=full HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        )
+        sockets.append(sock)
+    try:
+        time.sleep(2)  # their initial states fill the socket buffers; then nobody reads
+        proc = svc.proc
+        assert proc is not None
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            code = None
+        return {
+            "stalled": stalled,
+            "exit_code": code,
+            "seconds": time.monotonic() - began,
+        }
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _sample(text: str, name: str) -> float | None:

@@ -555,3 +555,38 @@ def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, An
         "seconds": seconds,
         "events_per_s": events / seconds,
     }
+
+
+# -- 5. The write path with a route's history recorded, against it off ------------------------
+
+HISTORY_ROUTES = 64
+
+
+def history_writes(kubeconfig: Path, workdir: Path, routes: int, s: Settings) -> dict[str, Any]:
+    """PUT /routes/{route} (16 clients, 64 routes, every write a change) on a process recording
+    each change in the route's history, against one with ROUTE_HISTORY_ENTRIES=0, alternately.
+    Both watch the same CRs: each records only its own writes (the other's are slo-api's)."""
+    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // HISTORY_ROUTES))]
+    # A drain at least as long as the 30 s upstream timeout ServiceProcess sets (start-up
+    # refuses a shorter one).
+    drain = {"SHUTDOWN_DRAIN_SECONDS": "30"}
+    on = ServiceProcess(kubeconfig, workdir, {**drain, "ROUTE_HISTORY_ENTRIES": "20"}).start()
+    try:
+        off = ServiceProcess(kubeconfig, workdir, {**drain, "ROUTE_HISTORY_ENTRIES": "0"}).start()
+        try:
+
+            def put(svc: ServiceProcess) -> Target:
+                return Target(
+                    svc.url,
+                    [f"/routes/{n}" for n in names],
+                    method="PUT",
+                    headers={**AUTH, "Content-Type": "application/json"},
+                    body='{"priority": {n}}',
+                )
+
+            writes = side_by_side(put(on), put(off), s, s.write_connections, on.pid)
+        finally:
+            off.stop()
+    finally:
+        on.stop()
+    return {"put": writes, "routes": routes, "ran_at": time.strftime("%Y-%m-%d")}

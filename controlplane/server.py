@@ -83,9 +83,10 @@ class _Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
-# The one controller the tests need: it fills ClusterRoles with an aggregationRule (the built-in
-# admin, edit and view) from the ClusterRoles labelled for them, as in a real cluster.
-CONTROLLERS = "clusterrole-aggregation-controller"
+# The controllers the tests need: the aggregation one fills ClusterRoles with an aggregationRule
+# (the built-in admin, edit and view) from the ClusterRoles labelled for them, as in a real
+# cluster; the garbage collector removes what a CR owns (a route's history ConfigMap) with it.
+CONTROLLERS = "clusterrole-aggregation-controller,garbage-collector-controller"
 
 
 class ControlPlane:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from types import FrameType
@@ -19,6 +22,9 @@ from slo_api.logs import setup_logging
 from slo_api.settings import Settings
 
 log = logging.getLogger("slo_api")
+
+# How often shutdown looks for connections that cannot finish closing.
+REAP_SECONDS = 1.0
 
 
 class Server(uvicorn.Server):
@@ -43,6 +49,36 @@ class Server(uvicorn.Server):
             timer.start()
             return
         self._stop(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        reaper = asyncio.create_task(self._reap_stuck())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+
+    async def _reap_stuck(self) -> None:
+        """Abort connections whose response is over but whose client stopped reading.
+
+        A closed transport keeps its socket until the bytes it buffered are read, so a
+        stalled client (a change stream's, cut by the feed) would hold the shutdown until
+        uvicorn's graceful timeout. Only closing transports are aborted, after a second
+        look: a request still being served is never cut here.
+        """
+        seen: set[int] = set()
+        while True:
+            await asyncio.sleep(REAP_SECONDS)
+            for connection in list(self.server_state.connections):
+                # Duck-typed: uvloop's transports are not asyncio.Transport subclasses.
+                transport = getattr(connection, "transport", None)
+                if transport is None or not transport.is_closing():
+                    continue
+                if id(connection) in seen:
+                    transport.abort()
+                else:
+                    seen.add(id(connection))
 
     def _stop(self, sig: int, frame: FrameType | None) -> None:
         runtime = getattr(self.app.state, "runtime", None)

@@ -21,7 +21,8 @@ from slo_api.index import CRIndex
 from slo_api.kinds.base import Kind
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import KindState, Metrics
-from slo_api.watching import Backoff, Informer
+from slo_api.recovery import Backoff, Recovery, supervise
+from slo_api.watching import Informer
 
 log = logging.getLogger("slo_api.watch")
 
@@ -43,6 +44,7 @@ class KindWatch:
         inactivity_seconds: float,
         namespaces: tuple[str, ...] = (),
         label_selector: str = "",
+        recovery: Recovery | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -62,6 +64,10 @@ class KindWatch:
         self._was_synced = False
         self._reported: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self.backoff = Backoff()
+        # One per process, shared by every loop: it wakes them when an outage ends.
+        self.recovery = recovery or Recovery(None)
+        # False while discovery fails: what is served may have changed unseen.
+        self.discovery_ok = False
 
     # -- state -----------------------------------------------------------------------------
 
@@ -74,6 +80,12 @@ class KindWatch:
         if not self._was_synced:
             self._was_synced = self.discovered and all(i.synced for i in self.informers.values())
         return self._was_synced
+
+    @property
+    def stale(self) -> bool:
+        """The kind's index may be behind the API server: discovery fails, or one of its
+        informers has no watch open (an outage, a backoff, a restart after a failure)."""
+        return not self.discovery_ok or any(not i.current for i in self.informers.values())
 
     @property
     def present(self) -> bool:
@@ -102,6 +114,7 @@ class KindWatch:
             served=self.served,
             watched=self.watched,
             leftovers=self.index.leftovers(plural),
+            stale=self.stale,
         )
 
     def describe(self) -> str:
@@ -147,7 +160,10 @@ class KindWatch:
             while True:
                 try:
                     await self.discover()
+                except asyncio.CancelledError:
+                    raise
                 except KubeError as exc:
+                    self.discovery_ok = False
                     delay = exc.retry_after or self.backoff.next()
                     level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
                     log.log(
@@ -157,11 +173,29 @@ class KindWatch:
                         exc,
                         delay,
                     )
-                    await asyncio.sleep(delay)
+                    await self._pause(delay)
                     continue
+                except Exception:
+                    # A 200 that is not JSON, a credential plugin failing inside the client,
+                    # a bug: the kind's watch goes on, its informers keep running.
+                    self.discovery_ok = False
+                    self.metrics.task_failures.labels(self.kind.name, "discovery").inc()
+                    delay = self.backoff.next()
+                    log.exception(
+                        "%s: discovery of its API groups failed unexpectedly; retrying in %.1fs",
+                        self.kind.resource.plural,
+                        delay,
+                    )
+                    await self._pause(delay)
+                    continue
+                self.backoff.reset()
                 await asyncio.sleep(self.crd_recheck_seconds)
         finally:
             await self._stop(self.kind.groups)
+
+    async def _pause(self, delay: float) -> None:
+        if await self.recovery.pause(delay):
+            self.backoff.reset()
 
     async def discover(self) -> None:
         """Ask which groups serve the kind; start and stop group informers to match."""
@@ -171,15 +205,18 @@ class KindWatch:
             if plural in await self.kube.served(group, version):
                 served.append(group)
         await self.follow(tuple(served))
+        self.discovery_ok = True
 
     async def follow(self, served: tuple[str, ...]) -> None:
         """Watch the groups in `served`; stop those gone from it whose lists found them gone.
 
-        A group discovery no longer lists is kept while its informers still list it: discovery
-        can lag behind (right after an API server restart, say), and a CRD really deleted
-        ends its watches, whose informers then find it absent and drop its CRs themselves.
+        A group discovery no longer lists is kept while its informers still list it, or have
+        not listed yet: discovery can lag behind (right after an API server restart, say), and
+        a CRD really deleted ends its watches, whose informers then find it absent and drop
+        its CRs themselves. Stopping an informer before its first list would leave the kind
+        "synced" with nothing listed.
         """
-        gone = sorted({g for g, _ in self._tasks if g not in served and not self._listed(g)})
+        gone = sorted({g for g, _ in self._tasks if g not in served and self._found_absent(g)})
         if gone:
             log.warning(
                 "%s is no longer served under %s; its CRs there are gone",
@@ -195,8 +232,10 @@ class KindWatch:
         self.discovered = True
         self._report()
 
-    def _listed(self, group: str) -> bool:
-        return any(i.present for (g, _), i in self.informers.items() if g == group)
+    def _found_absent(self, group: str) -> bool:
+        """Every informer of the group has listed or looked, and none found the CRD served."""
+        mine = [i for (g, _), i in self.informers.items() if g == group]
+        return all(i.synced and not i.present for i in mine)
 
     def _start(self, group: str, namespace: str | None) -> None:
         informer = Informer(
@@ -211,10 +250,24 @@ class KindWatch:
             namespace=namespace,
             label_selector=self.label_selector,
             on_synced=self._report,
+            recovery=self.recovery,
         )
         self.informers[(group, namespace)] = informer
         name = "-".join(filter(None, ("watch", self.kind.name, group, namespace)))
-        self._tasks[(group, namespace)] = asyncio.create_task(informer.run(), name=name)
+
+        def failed(_: BaseException | None) -> None:
+            informer.current = False
+            self.metrics.task_failures.labels(self.kind.name, "informer").inc()
+
+        # Informer.run handles what a list or watch can raise; this catches the rest (a bug
+        # in a handler, say), so nothing ends a group's watch for good.
+        task = supervise(
+            f"the watch of {informer._name}",
+            informer.run,
+            on_failure=failed,
+            pause=self.recovery.pause,
+        )
+        self._tasks[(group, namespace)] = asyncio.create_task(task, name=name)
 
     async def _stop(self, groups: Iterable[str]) -> None:
         """Stop the groups' informers and drop their CRs from the index."""

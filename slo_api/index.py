@@ -27,6 +27,11 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]
 Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
+# What one informer follows: (plural, API group, namespace or "" for every namespace).
+Source = tuple[str, str, str]
+# Told of every stored update of a CR the index already held under the same uid:
+# (plural, the held copy (decoded only if asked), the object as received, managedFields and all).
+Updated = Callable[[str, Callable[[], Obj], Obj], None]
 
 log = logging.getLogger("slo_api.index")
 
@@ -51,6 +56,17 @@ def _rv(obj: Obj) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
+def _newer(held: Entry, listed: Entry) -> bool:
+    """Whether the held copy of a CR is a later version than the listed one (the same CR, and
+    resourceVersions that compare as integers); when they cannot be compared, it is not."""
+    return (
+        held.uid == listed.uid
+        and held.rv is not None
+        and listed.rv is not None
+        and held.rv > listed.rv
+    )
+
+
 def _uid(obj: Obj) -> str | None:
     uid = obj.get("metadata", {}).get("uid")
     return uid if isinstance(uid, str) else None
@@ -65,6 +81,17 @@ def _name(obj: Obj) -> Name:
 # Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
 # claims and the sorted route lists (see tests/unit/test_index_memory.py).
 ENTRY_OVERHEAD = 460
+# Measured bytes per cached render besides its own bytes: the bytes object's header and the
+# cache's slot (see tests/unit/test_index_memory.py).
+RENDER_OVERHEAD = 56
+
+
+_NONE = object()
+
+
+def _size(value: Any) -> int:
+    """What a cached render holds beyond RENDER_OVERHEAD: its bytes (renders are encoded)."""
+    return len(value) if isinstance(value, bytes) else sys.getsizeof(value)
 
 
 def exact(data: bytes) -> bytes:
@@ -182,16 +209,47 @@ class CRIndex:
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
         self.generation = 0
-        # Bytes of encoded objects held (every copy), for the size estimate.
+        # Bytes of encoded objects held (every copy), and of cached renders, for the estimate.
         self.encoded_bytes = 0
+        self.rendered_bytes = 0
         # Routes whose rendered values were dropped since listeners were last told.
         self._changed: set[str] = set()
         self._listeners: list[Listener] = []
+        # The resourceVersion each informer has reached (events, bookmarks, lists) and the
+        # first it reached (its first list: nothing before it is known here).
+        self.positions: dict[Source, int] = {}
+        self.first_positions: dict[Source, int] = {}
+        # While listeners run: the source and resourceVersion of what they are told about.
+        self.cause: tuple[Source, int] | None = None
+        self._cause: tuple[Source, int] | None = None
+        self._updated: list[Updated] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(routes)` after each change with the routes whose derived values
         (their /config lines) may have changed: exactly those whose cached renders it drops."""
         self._listeners.append(listener)
+
+    def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
+        """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
+        if not rv or not rv.isdigit():
+            return
+        source = (plural, group, namespace or "")
+        value = int(rv)
+        self.first_positions.setdefault(source, value)
+        if value > self.positions.get(source, -1):
+            self.positions[source] = value
+
+    def _source(self, plural: str, group: str, namespace: str) -> Source:
+        scoped = (plural, group, namespace)
+        return scoped if scoped in self.positions else (plural, group, "")
+
+    def _caused(self, plural: str, group: str, namespace: str, rv: int | None) -> None:
+        # An event's object carries the event's resourceVersion; a write's result its own.
+        self._cause = (self._source(plural, group, namespace), rv or 0)
+
+    def on_update(self, observer: Updated) -> None:
+        """Call `observer` for each update of a held CR (not for adds, deletes or relists)."""
+        self._updated.append(observer)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -228,9 +286,16 @@ class CRIndex:
         return len(self._objects[plural])
 
     def estimated_bytes(self) -> int:
-        """About what the index holds in memory: the encoded objects plus a measured cost
-        per stored CR (keys, claims, route lists)."""
-        return self.encoded_bytes + ENTRY_OVERHEAD * sum(len(o) for o in self._objects.values())
+        """About what the index holds in memory: the encoded objects and cached renders plus
+        a measured cost per stored CR (keys, claims, route lists) and per cached render."""
+        stored = sum(len(o) for o in self._objects.values())
+        renders = sum(len(c) for c in self._rendered.values())
+        return (
+            self.encoded_bytes
+            + self.rendered_bytes
+            + ENTRY_OVERHEAD * stored
+            + RENDER_OVERHEAD * renders
+        )
 
     def leftovers(self, plural: str) -> dict[str, int]:
         """Per group, the copies hidden by a copy of the same CR in a more preferred group."""
@@ -259,6 +324,7 @@ class CRIndex:
         except KeyError:
             value = render(route)
             cache[route] = value = exact(value) if isinstance(value, bytes) else value
+            self.rendered_bytes += _size(value)
             return value
 
     def groups_with_member(self, namespace: str, member: str) -> list[tuple[str, Obj]]:
@@ -297,8 +363,15 @@ class CRIndex:
             new_rv = _rv(obj)
             if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
+        self._caused(plural, group, name[0], _rv(obj))
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
+        if old is not None and old.uid == _uid(obj):
+            for observer in self._updated:
+                try:
+                    observer(plural, old.obj, obj)
+                except Exception:
+                    log.exception("index update observer failed")
         return True
 
     def write_through(self, plural: str, obj: Obj) -> bool:
@@ -321,6 +394,7 @@ class CRIndex:
         uid = _uid(obj)
         if old is None or (uid is not None and old.uid != uid):
             return False
+        self._caused(plural, group, name[0], _rv(obj))
         self._change(plural, name, {group: None})
         self._settle()
         return True
@@ -341,9 +415,19 @@ class CRIndex:
         them as it reads).
         """
         changes: dict[Name, dict[str, Entry | None]] = {}
+        newest = 0
         for item in objs:
             entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
+            kept = self._held(plural, entry.name).get(entry.group)
+            if kept is not None and _newer(kept, entry):
+                # A write-through newer than the list (a PATCH answered while it was read):
+                # keep it; the watch from the list's resourceVersion delivers it anyway.
+                entry = kept
             changes.setdefault(entry.name, {})[entry.group] = entry
+            newest = max(newest, entry.rv or 0)
+        # A relist: what it finds gone vanished at some point up to the list's version.
+        source = (plural, group or "", namespace or "")
+        self._cause = (source, self.positions.get(source, newest))
         for name, held in self._held_all(plural):
             if namespace is not None and name[0] != namespace:
                 continue
@@ -420,19 +504,25 @@ class CRIndex:
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
-            cache.pop(route, None)
+            if (value := cache.pop(route, _NONE)) is not _NONE:
+                self.rendered_bytes -= _size(value)
         self._changed.add(route)
 
     def _publish(self) -> None:
+        cause, self._cause = self._cause, None
         if not self._changed:
             return
         changed, self._changed = self._changed, set()
-        for listener in self._listeners:
-            try:
-                listener(changed)
-            except Exception:
-                # A listener's bug must not leave the index half-updated for everyone else.
-                log.exception("index listener failed")
+        self.cause = cause
+        try:
+            for listener in self._listeners:
+                try:
+                    listener(changed)
+                except Exception:
+                    # A listener's bug must not leave the index half-updated for everyone else.
+                    log.exception("index listener failed")
+        finally:
+            self.cause = None
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route

@@ -173,6 +173,7 @@ class Kube:
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self.timeout = timeout
         self._observe = observe or (lambda verb, code, seconds: None)
 
@@ -414,6 +415,86 @@ class Kube:
         )
         return result
 
+    async def ready(self) -> bool:
+        """Whether the API server answers: its `/readyz` says 200, or it refuses the probe
+        (401, 403, 404), which a server that is down cannot do. Cheap enough to ask once a
+        second while the watch loops wait out an outage."""
+
+        async def readyz() -> int:
+            response = await self._api_client.call_api(
+                "/readyz",
+                "GET",
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+            try:
+                await response.read()
+                return int(response.status)
+            finally:
+                response.release()
+
+        try:
+            # A probe for no request: `readyz` sends no trace context.
+            status = int(await self._call("readyz", "readyz", lambda headers: readyz()))
+        except KubeError as exc:
+            status = exc.status
+        return status in (200, 401, 403, 404)
+
+    # -- ConfigMaps (a route's history) ----------------------------------------------------
+
+    async def get_config_map(self, namespace: str, name: str) -> Obj:
+        result: Obj = await self._call(
+            "configmap",
+            "configmaps",
+            lambda headers: _json_body(
+                self._core.read_namespaced_config_map(
+                    name,
+                    namespace,
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                    **_sending(headers),
+                )
+            ),
+        )
+        return result
+
+    async def create_config_map(self, namespace: str, body: Any) -> Obj:
+        result: Obj = await self._call(
+            "configmap",
+            "configmaps",
+            lambda headers: _json_body(
+                self._core.create_namespaced_config_map(
+                    namespace,
+                    body,
+                    field_manager="slo-api",
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                    **_sending(headers),
+                )
+            ),
+        )
+        return result
+
+    async def replace_config_map(self, namespace: str, name: str, body: Any) -> Obj:
+        """A PUT: conditional on the body's metadata.resourceVersion (a stale one is 409)."""
+        result: Obj = await self._call(
+            "configmap",
+            "configmaps",
+            lambda headers: _json_body(
+                self._core.replace_namespaced_config_map(
+                    name,
+                    namespace,
+                    body,
+                    field_manager="slo-api",
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                    **_sending(headers),
+                )
+            ),
+        )
+        return result
+
     async def watch(
         self,
         res: Resource,
@@ -424,8 +505,12 @@ class Kube:
         initial_events: bool = False,
         namespace: str | None = None,
         label_selector: str = "",
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Obj, None]:
         """Yield watch events as dicts; ERROR events are raised as `KubeError`.
+
+        `on_open` is called once the API server has accepted the watch (a 200), before any
+        event: an answer from the API server, which a caller's backoff may count as one.
 
         The stream is read raw (not through kubernetes_asyncio's Watch) so an ERROR event keeps
         its Status, and a silent connection ends after `read_timeout` seconds without bytes.
@@ -476,6 +561,8 @@ class Kube:
         try:
             if response.status != 200:
                 raise KubeError.from_body(response.status, await response.read(), response.headers)
+            if on_open is not None:
+                on_open()
             async for event in _events(response):
                 if event.get("type") == "ERROR":
                     raise KubeError.from_status(event.get("object") or {})

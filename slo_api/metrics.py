@@ -30,6 +30,10 @@ class KindState:
     watched: tuple[str, ...] = ()  # those listed and watched
     # Per group: copies hidden by the same CR under a more preferred group.
     leftovers: Mapping[str, int] = field(default_factory=dict)
+    # The index of the kind may be behind the API server: a watch is not open (an outage, a
+    # backoff, a task restarting after a failure) or discovery is failing. Readiness does not
+    # follow it (once synced, a kind stays ready); /readyz and the metrics show it.
+    stale: bool = False
 
 
 class _KindStateCollector(Collector):
@@ -72,10 +76,17 @@ class _KindStateCollector(Collector):
             "group (migration leftovers: not listed, not routed)",
             labels=["kind", "group"],
         )
+        stale = GaugeMetricFamily(
+            "slo_api_kind_stale",
+            "1 while the kind's index may be behind the API server: a watch of it is not open "
+            "(an outage, a backoff, a task restarting after a failure) or discovery fails",
+            labels=["kind"],
+        )
         now = time.monotonic()
         for state in self._states():
             kind = state.kind
             synced.add_metric([kind], float(state.synced))
+            stale.add_metric([kind], float(state.stale))
             present.add_metric([kind], float(state.present))
             objects.add_metric([kind], float(state.objects))
             if state.last_event is not None:
@@ -84,7 +95,7 @@ class _KindStateCollector(Collector):
                 served.add_metric([kind, group], float(group in state.served))
                 watched.add_metric([kind, group], float(group in state.watched))
                 leftovers.add_metric([kind, group], float(state.leftovers.get(group, 0)))
-        yield from (synced, present, objects, since, served, watched, leftovers)
+        yield from (synced, present, stale, objects, since, served, watched, leftovers)
 
 
 class Metrics:
@@ -115,6 +126,13 @@ class Metrics:
             ["kind", "reason"],
             registry=self.registry,
         )
+        self.task_failures = Counter(
+            "slo_api_watch_task_failures_total",
+            "Unexpected failures of a watch task (`task`: discovery, informer, kind), each "
+            "logged and followed by a restart after a backoff",
+            ["kind", "task"],
+            registry=self.registry,
+        )
         self.relists = Counter(
             "slo_api_watch_relists_total",
             "Full lists that replaced a kind's index entries",
@@ -140,9 +158,16 @@ class Metrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
+        self.history_entries = Counter(
+            "slo_api_history_entries_total",
+            "Route history entries: stored, already there (the other replica's), or failed",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.index_bytes = Gauge(
             "slo_api_index_estimated_bytes",
-            "Estimated memory held by the index: the encoded CRs plus a measured cost per CR",
+            "Estimated memory held by the index: the encoded CRs and cached renders, plus a "
+            "measured cost per CR and per cached render",
             registry=self.registry,
         )
 
@@ -158,7 +183,8 @@ class Metrics:
         )
         self.watchers_dropped = Counter(
             "slo_api_change_streams_dropped_total",
-            "Change streams ended by the server (slow: fell too far behind)",
+            "Change streams ended by the server, by the ERROR code sent (too_slow: fell "
+            "further behind than the history keeps; unauthorized, forbidden, expired: access)",
             ["reason"],
             registry=self.registry,
         )

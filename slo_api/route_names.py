@@ -8,6 +8,9 @@ metadata names, which Kubernetes already keeps within it.
 from __future__ import annotations
 
 MAX_ROUTE = 253
+# `/routes/{route}/history` is a route's history, so no route name ends with it (route names
+# may hold `/`: without this, `a/history` would be both a route and the history of `a`).
+HISTORY = "/history"
 
 
 def route_problem(route: str) -> str | None:
@@ -16,6 +19,8 @@ def route_problem(route: str) -> str | None:
         return f"route names are at most {MAX_ROUTE} characters"
     if any(ord(c) < 32 or ord(c) == 127 for c in route):
         return "route names cannot contain control characters"
+    if route.endswith(HISTORY):
+        return f"route names cannot end with {HISTORY!r} (that path is the route's history)"
     return None
 
 

@@ -11,10 +11,12 @@ from slo_api.auth import TokenStore
 from slo_api.events import EventRecorder
 from slo_api.feed import Feed
 from slo_api.groups import KindWatch
+from slo_api.history import History
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
+from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings, namespace_list
 from slo_api.visible import VisiblePages
@@ -45,18 +47,25 @@ class Runtime:
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
+        self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
+        if self.history.enabled:
+            # Before the informers start: every update they store is looked at.
+            self.index.on_update(self.history.observe)
         # Before the informers, so it hears every change they make.
         self.feed = Feed(
             self.service,
             metrics,
-            history=settings.watch_history_events,
-            queue=settings.watch_queue_events,
-            max_watchers=settings.max_watchers,
+            history_bytes=settings.watch_history_bytes,
+            max_streams=settings.max_watchers,
+            streams_per_identity=settings.watch_streams_per_identity,
             bookmark_seconds=settings.watch_bookmark_seconds,
+            access_seconds=settings.watch_access_seconds,
             flush_seconds=settings.watch_flush_seconds,
         )
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector
+        # Wakes every watch loop asleep in its backoff when the API server answers again.
+        self.recovery = Recovery(kube.ready)
         # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
             KindWatch(
@@ -69,6 +78,7 @@ class Runtime:
                 inactivity_seconds=settings.watch_inactivity_seconds,
                 namespaces=self.namespaces,
                 label_selector=self.label_selector,
+                recovery=self.recovery,
             )
             for kind in self.kinds
         ]
@@ -108,8 +118,20 @@ class Runtime:
             f", CRs selected by {self.label_selector}" if self.label_selector else "",
         )
         self._tasks = [
-            asyncio.create_task(i.run(), name=f"watch-{i.kind.name}") for i in self.informers
+            asyncio.create_task(self._supervised(i), name=f"watch-{i.kind.name}")
+            for i in self.informers
         ]
+
+    async def _supervised(self, watch: KindWatch) -> None:
+        def failed(_: BaseException | None) -> None:
+            self.metrics.task_failures.labels(watch.kind.name, "kind").inc()
+
+        await supervise(
+            f"the watch of {watch.kind.name}",
+            watch.run,
+            on_failure=failed,
+            pause=self.recovery.pause,
+        )
 
     def end_streams(self) -> None:
         """End every change stream cleanly; callable from any thread (a signal handler's)."""
@@ -131,5 +153,7 @@ class Runtime:
                 log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
                 task.cancel()
         self._tasks = []
+        await self.recovery.close()
         await self.events.close()
+        await self.history.close()
         await self.kube.close()

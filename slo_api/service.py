@@ -69,6 +69,8 @@ class Result:
     changed: list[str]
     # The CR as stored after the request (what a write's Event names, by uid and version).
     stored: Obj
+    # A write's: the CR the patch was conditional on (exactly the version it changed).
+    before: Obj | None = None
 
 
 def _rv(obj: Obj) -> str:
@@ -301,7 +303,11 @@ class Service:
             if not dry_run:
                 self.index.write_through(target.kind.resource.plural, obj)
             return Result(
-                self.project(target.kind, obj, pools), etag_of(obj), sorted(spec_patch), obj
+                self.project(target.kind, obj, pools),
+                etag_of(obj),
+                sorted(spec_patch),
+                obj,
+                before=current,
             )
         raise ApiError(409, f"route {target.route!r} kept changing during the write: retry")
 

@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         15, gt=0, description="How often an open `GET /config?watch=true` stream gets a BOOKMARK."
     )
     watch_flush_seconds: float = Field(
-        0.5,
+        0.1,
         ge=0,
         le=5,
         description="Changes go out to the change streams together, at most this long after "
@@ -153,11 +153,29 @@ class Settings(BaseSettings):
     max_watchers: int = Field(
         1000, ge=1, description="Most open change streams; more are refused with 429."
     )
-    watch_queue_events: int = Field(
-        2048, ge=16, description="Changes a stream may fall behind before it is ended."
+    watch_streams_per_identity: int = Field(
+        20,
+        ge=1,
+        description="Most open change streams per Kubernetes identity (static tokens are not "
+        "counted); more are refused with 429.",
     )
-    watch_history_events: int = Field(
-        16384, ge=16, description="Changes kept for resuming a stream with `since`."
+    watch_history_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=4096,
+        description="Bytes of changes kept, per view and kind being watched, for streams that "
+        "fall behind and for resuming with `since`.",
+    )
+    watch_access_seconds: float = Field(
+        10,
+        gt=0,
+        description="How often an open change stream's token and visible namespaces are "
+        "checked again.",
+    )
+    route_history_entries: int = Field(
+        20,
+        ge=0,
+        description="Changes kept per route in its history ConfigMap (0: no history is "
+        "recorded; what is stored stays readable).",
     )
     max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
     docs_enabled: bool = Field(

@@ -1,13 +1,15 @@
 """One list+watch loop per kind and API group, keeping the CRIndex current the way client-go's
 reflector does.
 
-- List (paged), replace the kind's entries, then watch from the list's resourceVersion with
-  bookmarks and a randomised server timeout.
+- List (streamed, or paged), replace the kind's entries, then watch from the list's
+  resourceVersion with bookmarks and a randomised server timeout.
 - A normal close or a lost connection re-watches from the last resourceVersion (after a backoff
-  if it ended at once); 410 Gone/Expired or an unknown error relists; 429 waits for Retry-After
-  and re-watches.
+  if it ended at once); 410 Gone/Expired relists at once (the API server answered: nothing to
+  wait for); an unknown error relists after a backoff; 429 waits for Retry-After and re-watches.
+- The backoff (slo_api.recovery) is reset by any answer: a list, a watch that opens and lives,
+  a 410. A loop asleep in it during an outage is woken when the API server answers again.
 - No bytes for `watch_inactivity_seconds` (bookmarks arrive about every minute) reconnects, so a
-  silently dead connection heals.
+  silently dead connection heals; a watch that is not even accepted in time backs off.
 - A CRD that is not served (404 without a JSON Status) leaves the group's copies empty but
   synced, and is looked up again every `crd_recheck_seconds` (slo_api.groups also stops the loop
   once discovery agrees the group is gone).
@@ -21,36 +23,25 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from slo_api.index import CRIndex, Entry
+from slo_api.index import CRIndex, Entry, Name
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
+from slo_api.recovery import Backoff, Recovery
 
 log = logging.getLogger("slo_api.watch")
 
-HEALTHY_RESET_SECONDS = 120.0
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 QUICK_CLOSE_SECONDS = 1.0
+# After an API server refused a streamed list (no WatchList feature), lists are paged this
+# long before a stream is tried again (the API server may have been upgraded meanwhile).
+STREAM_RETRY_SECONDS = 600.0
 
 
-@dataclass
-class Backoff:
-    """Capped exponential backoff with jitter; forgets failures after a healthy stretch."""
-
-    initial: float = 0.8
-    cap: float = 30.0
-    _delay: float = 0.0
-    _last_failure: float = 0.0
-
-    def next(self) -> float:
-        now = time.monotonic()
-        if self._delay and now - self._last_failure > HEALTHY_RESET_SECONDS:
-            self._delay = 0.0
-        self._delay = min(self.cap, self._delay * 2 if self._delay else self.initial)
-        self._last_failure = now
-        return self._delay * (1 + random.random())
+async def _sleep(seconds: float) -> None:
+    # Every sleep of the loop goes through here (tests put a fake clock behind it).
+    await asyncio.sleep(seconds)
 
 
 class _Relist(Exception):
@@ -83,6 +74,7 @@ class Informer:
         namespace: str | None = None,
         label_selector: str = "",
         on_synced: Callable[[], None] | None = None,
+        recovery: Recovery | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -99,16 +91,30 @@ class Informer:
         self.inactivity_seconds = inactivity_seconds
         self.synced = False
         self.present = False
+        # True from a list (or the CRD found absent) or a watch that opened, until a failure:
+        # while False the index may be behind the API server (what `stale` reports).
+        self.current = False
         self.last_event: float | None = None
         self.backoff = Backoff()
-        # Lists are streamed until the API server refuses it; the next list pages after a 410.
-        self.streams = True
+        # Shared by every loop of the process (see Recovery); without one, plain sleeps.
+        self.recovery = recovery or Recovery(None, sleep=_sleep)
+        # Lists are streamed unless the API server refused a stream lately; the next list
+        # pages after a 410.
+        self._streams_refused_at: float | None = None
         self._page_next = False
+        # A 410 relists at once; one straight after that relist backs off (no hot loop).
+        self._relisted_at_once = False
         self._plural = self.resource.plural
         # How logs name what this loop watches: `plural.group`, as kubectl does.
         self._name = f"{self.resource.plural}.{self.group}" + (
             f" in {namespace}" if namespace else ""
         )
+
+    @property
+    def streams(self) -> bool:
+        """Whether the next list (unless it follows a 410) is streamed."""
+        refused = self._streams_refused_at
+        return refused is None or time.monotonic() - refused >= STREAM_RETRY_SECONDS
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -117,7 +123,7 @@ class Informer:
             try:
                 resource_version = await self._list()
                 if resource_version is None:
-                    await asyncio.sleep(self.crd_recheck_seconds)
+                    await _sleep(self.crd_recheck_seconds)
                     continue
                 await self._watch(resource_version)
             except asyncio.CancelledError:
@@ -125,31 +131,57 @@ class Informer:
             except _CrdGone:
                 log.warning("%s: the CRD is no longer served; its routes are gone", self._name)
                 self._absent()
-                await asyncio.sleep(self.crd_recheck_seconds)
+                await _sleep(self.crd_recheck_seconds)
             except _Relist as exc:
+                self.current = False
                 self.metrics.watch_restarts.labels(self.kind.name, exc.reason).inc()
-                log.info("%s: relisting (%s)", self._name, exc)
                 # After a 410 the watch cache could not serve our version: list from etcd
                 # in pages, as client-go does, rather than stream from that same cache.
                 self._page_next = exc.reason == "expired"
-                await asyncio.sleep(self.backoff.next())
+                if exc.reason == "expired" and not self._relisted_at_once:
+                    # The API server answered: it is there, so relist now, not after the
+                    # backoff an outage grew (a restarted API server answers 410).
+                    log.info("%s: relisting at once (%s)", self._name, exc)
+                    self.backoff.reset()
+                    self._relisted_at_once = True
+                    continue
+                delay = self.backoff.next()
+                log.info("%s: relisting in %.1fs (%s)", self._name, delay, exc)
+                await self._pause(delay)
             except KubeError as exc:
-                delay = exc.retry_after or self.backoff.next()
+                self.current = False
                 level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
+                self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
+                delay = exc.retry_after or self.backoff.next()
                 log.log(
                     level, "%s: list/watch failed (%s); retrying in %.1fs", self._name, exc, delay
                 )
-                self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
-                await asyncio.sleep(delay)
+                if exc.retry_after:
+                    await _sleep(delay)  # the API server said how long: no probe needed
+                else:
+                    await self._pause(delay)
             except Exception:
+                self.current = False
                 delay = self.backoff.next()
+                self.metrics.task_failures.labels(self.kind.name, "informer").inc()
                 log.exception("%s: unexpected failure; relisting in %.1fs", self._name, delay)
-                await asyncio.sleep(delay)
+                await self._pause(delay)
+
+    async def _pause(self, delay: float) -> None:
+        """Back off, unless the API server answers again first (then start afresh)."""
+        if await self.recovery.pause(delay):
+            self.backoff.reset()
+
+    def _answered(self) -> None:
+        """The API server answered (a list, a watch that opened): the backoff starts over."""
+        self.backoff.reset()
+        self.current = True
 
     def _absent(self) -> None:
         self.index.clear(self._plural, self.group, self.namespace)
         self.present = False
         self.synced = True
+        self._answered()
         self.on_synced()
 
     async def _list(self) -> str | None:
@@ -165,9 +197,15 @@ class Informer:
                 except KubeError as exc:
                     if exc.status not in (400, 422):
                         raise
-                    # An API server without the WatchList feature refuses the parameter.
-                    log.info("%s: lists are not streamed here (%s); paging", self._name, exc)
-                    self.streams = False
+                    # An API server without the WatchList feature refuses the parameter: page
+                    # for a while, then try again (it may be upgraded; one 400 may be chance).
+                    log.info(
+                        "%s: lists are not streamed here (%s); paging for %gs",
+                        self._name,
+                        exc,
+                        STREAM_RETRY_SECONDS,
+                    )
+                    self._streams_refused_at = time.monotonic()
             return await self._page_list()
         except KubeError as exc:
             if exc.status == 404 and not exc.is_status:
@@ -183,7 +221,9 @@ class Informer:
             raise
 
     async def _stream_list(self) -> str:
-        entries: list[Entry] = []
+        # Every event before the initial-events-end bookmark applies, as in client-go's watch
+        # list: an API server may interleave MODIFIED or DELETED with the ADDED ones.
+        entries: dict[Name, Entry] = {}
         timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
         events = self.kube.watch(
             self.resource,
@@ -199,13 +239,19 @@ class Informer:
                 obj = event.get("object")
                 if not isinstance(obj, dict):
                     continue
-                if event.get("type") == "ADDED":
+                kind = event.get("type")
+                if kind in ("ADDED", "MODIFIED"):
                     # Compact at once: the stream is never held decoded.
-                    entries.append(self.index.entry(self._plural, obj, self.group))
-                elif event.get("type") == "BOOKMARK":
+                    entry = self.index.entry(self._plural, obj, self.group)
+                    entries[entry.name] = entry
+                elif kind == "DELETED":
+                    entries.pop(self.index.entry(self._plural, obj, self.group).name, None)
+                elif kind == "BOOKMARK":
                     meta = obj.get("metadata") or {}
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                        return self._listed(entries, str(meta.get("resourceVersion") or ""))
+                        return self._listed(
+                            list(entries.values()), str(meta.get("resourceVersion") or "")
+                        )
         raise _Relist("relist", "the list stream ended before its initial events did")
 
     async def _page_list(self) -> str:
@@ -238,6 +284,8 @@ class Informer:
     def _listed(self, items: list[Entry], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
+        self._answered()
+        self.index.reached(self._plural, self.group, self.namespace, resource_version)
         self.index.replace(self._plural, items, self.group, self.namespace)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
@@ -252,6 +300,13 @@ class Informer:
         while True:
             started = time.monotonic()
             events = 0
+            opened = False
+
+            def open_() -> None:
+                nonlocal opened
+                opened = True
+                self.current = True
+
             timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
             try:
                 async for event in self.kube.watch(
@@ -261,14 +316,26 @@ class Informer:
                     read_timeout=self.inactivity_seconds,
                     namespace=self.namespace,
                     label_selector=self.label_selector,
+                    on_open=open_,
                 ):
+                    if not events:
+                        self._answered()
+                        self._relisted_at_once = False
                     events += 1
                     resource_version = self._apply(event) or resource_version
             except KubeTimeout as exc:
-                # Either the watch went silent (a dead connection) or it was not accepted in
-                # time; the message says which.
-                log.warning("%s: %s; reconnecting", self._name, exc.message)
-                self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
+                if opened:
+                    # The watch went silent (a dead connection): reconnect at once.
+                    log.warning("%s: %s; reconnecting", self._name, exc.message)
+                    self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
+                    continue
+                # Not even accepted in time: an API server that takes connections and never
+                # answers must not get a new watch every timeout, for ever.
+                self.current = False
+                delay = self.backoff.next()
+                log.warning("%s: %s; retrying in %.1fs", self._name, exc.message, delay)
+                self.metrics.watch_restarts.labels(self.kind.name, "timeout").inc()
+                await self._pause(delay)
                 continue
             except KubeUnavailable as exc:
                 # A dropped or refused connection (an API server restarting, say) says nothing
@@ -288,7 +355,7 @@ class Informer:
                 if exc.status == 429:
                     delay = exc.retry_after or self.backoff.next()
                     self.metrics.watch_restarts.labels(self.kind.name, "throttled").inc()
-                    await asyncio.sleep(delay)
+                    await _sleep(delay)
                     continue
                 if exc.status in (401, 403):
                     log.error(
@@ -302,13 +369,18 @@ class Informer:
             else:
                 ended = "closed"
             # A watch that ends at once with nothing in it (refused, or closed by the server)
-            # is a failure in disguise: back off before the next one.
+            # is a failure in disguise: back off before the next one. One that opened and
+            # lived was an answer: the backoff starts over.
             quick = events == 0 and time.monotonic() - started < QUICK_CLOSE_SECONDS
             if quick and ended == "closed":
                 ended = "quick-close"
             self.metrics.watch_restarts.labels(self.kind.name, ended).inc()
             if quick:
-                await asyncio.sleep(self.backoff.next())
+                self.current = False
+                await self._pause(self.backoff.next())
+            elif opened:
+                self._answered()
+                self._relisted_at_once = False
 
     def _apply(self, event: Obj) -> str | None:
         kind = str(event.get("type"))
@@ -317,9 +389,12 @@ class Informer:
             return None
         self.last_event = time.monotonic()
         self.metrics.watch_events.labels(self.kind.name, kind.lower()).inc()
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        # Where this informer is in the cluster's history (a bookmark too): change streams'
+        # revisions are built from it.
+        self.index.reached(self._plural, self.group, self.namespace, str(rv) if rv else None)
         if kind in ("ADDED", "MODIFIED"):
             self.index.upsert(self._plural, obj, self.group)
         elif kind == "DELETED":
             self.index.delete(self._plural, obj, self.group)
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
         return str(rv) if rv else None

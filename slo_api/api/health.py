@@ -23,6 +23,7 @@ MODULES = (
     "editor.js",
     "field-errors.js",
     "form.js",
+    "history.js",
     "list.js",
     "live.js",
     "state.js",
@@ -53,6 +54,7 @@ async def readyz(rt: RuntimeDep) -> Response:
         state.kind: {
             "synced": state.synced,
             "present": state.present,
+            "stale": state.stale,
             "objects": state.objects,
             "groups": list(state.groups),
             "served": list(state.served),

@@ -26,6 +26,10 @@ _NOSNIFF = (b"x-content-type-options", b"nosniff")
 # Where the auth dependency leaves who called, for the request log line: the scope outlives
 # the endpoint, while a context variable set in a dependency would not reach this middleware.
 CALLER_SCOPE_KEY = "slo_api.caller"
+# A scope key: the `send` this middleware was given. A change stream writes its body through
+# it, past the layers below that only look at the response's start: thousands of streams
+# writing every flush would otherwise pay each layer's call per write.
+RAW_SEND = "slo_api.raw_send"
 
 
 class RequestMiddleware:
@@ -45,6 +49,7 @@ class RequestMiddleware:
         # 32 random hex digits, as uuid4().hex was, without building a UUID per request.
         rid = sent_id if _SAFE_ID.fullmatch(sent_id) else os.urandom(16).hex()
         token = request_id.set(rid)
+        scope[RAW_SEND] = send
         started = time.perf_counter()
         status = 500
         tracer = tracing.active()

@@ -11,21 +11,22 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
-from slo_api.access import Allowed, Caller
+from slo_api.access import Caller
 from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep
 from slo_api.api.schema import (
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
     GET_RESPONSES,
+    HISTORY_RESPONSES,
     PUT_BODY,
     PUT_RESPONSES,
 )
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.events import EventRecorder, regarding
-from slo_api.feed import Visible
 from slo_api.jsonbody import parse_object
-from slo_api.route_names import route_problem
+from slo_api.logs import request_id
+from slo_api.route_names import HISTORY, route_problem
 from slo_api.service import Result, Target, parse_if_match
 
 router = APIRouter()
@@ -73,6 +74,16 @@ def _record_event(request: Request, caller: Caller, write: _Write) -> None:
     events: EventRecorder = request.app.state.runtime.events
     events.record(
         regarding(write.target, write.result.stored), reason, write.result.changed, caller.name
+    )
+
+
+def _record_history(request: Request, caller: Caller, write: _Write) -> None:
+    """The write in the route's history, attributed to the caller the audit line names."""
+    result = write.result
+    if write.target is None or result is None or not result.changed or result.before is None:
+        return
+    request.app.state.runtime.history.record_write(
+        write.target, result.before, result.stored, caller.name, request_id.get()
     )
 
 
@@ -152,6 +163,7 @@ async def put_route(
         write.outcome = 200
         if not dry_run:
             _record_event(request, caller, write)
+            _record_history(request, caller, write)
         return _json(write.result.body, headers={"ETag": write.result.etag})
 
 
@@ -178,7 +190,30 @@ async def delete_route(
             return _json(write.result.body, headers={"ETag": write.result.etag})
         write.outcome = 204
         _record_event(request, caller, write)
+        _record_history(request, caller, write)
         return Response(status_code=204, headers={"ETag": write.result.etag})
+
+
+async def get_history(
+    route: RouteName,
+    rt: RuntimeDep,
+    caller: CallerDep,
+    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
+    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
+) -> Response:
+    _check_route(route)
+    # The same rule as reading the route: a caller who may not read it sees a missing route.
+    target = await rt.access.resolve(caller, route)
+    entries = await rt.history.read(target)
+    start = (page - 1) * page_size
+    return _json(
+        {
+            "items": entries[start : start + page_size],
+            "total": len(entries),
+            "page": page,
+            "pageSize": page_size,
+        }
+    )
 
 
 for prefix, tag, suffix in (
@@ -186,6 +221,16 @@ for prefix, tag, suffix in (
     ("/config", "config (compatible)", "Config"),
 ):
     path = prefix + "/{route:path}"
+    # Before the route itself: `/history` ends no route name (route_names reserves it).
+    router.add_api_route(
+        path + HISTORY,
+        get_history,
+        methods=["GET"],
+        tags=[tag],
+        operation_id=f"getRouteHistory{suffix}",
+        responses=HISTORY_RESPONSES,
+        summary="Who changed the route, when, and from what: newest first",
+    )
     router.add_api_route(
         path,
         get_route,
@@ -238,7 +283,7 @@ async def list_routes(
     since: Annotated[
         str | None,
         Query(
-            max_length=64,
+            max_length=1024,
             description="With watch: resume after this revision (from an event or bookmark).",
         ),
     ] = None,
@@ -246,7 +291,7 @@ async def list_routes(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
     last_event_id: Annotated[
         str | None,
-        Header(alias="Last-Event-ID", max_length=64, description="SSE's resume: as since."),
+        Header(alias="Last-Event-ID", max_length=1024, description="SSE's resume: as since."),
     ] = None,
 ) -> Response:
     if not rt.ready():
@@ -256,14 +301,15 @@ async def list_routes(
         # Asked once before the stream opens, so a caller without list and watch anywhere
         # gets a plain 403 (and a revoked token a 401) instead of a stream.
         allowed = await access.allowed()
-        return open_stream(
+        return await open_stream(
             rt.feed,
             view=view,
             kind=kind,
             since=since,
             accept=accept,
             last_event_id=last_event_id,
-            visible=_within(allowed),
+            access=access,
+            allowed=allowed,
         )
     if since is not None:
         raise ApiError(400, "since needs watch=true", field="since")
@@ -276,14 +322,3 @@ async def list_routes(
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
-
-
-def _within(allowed: Allowed | None) -> Visible | None:
-    """The feed's per-(kind, namespace) question, answered from what the stream may follow."""
-    if allowed is None:
-        return None
-
-    async def visible(kind: str, namespace: str) -> bool:
-        return (kind, namespace) in allowed
-
-    return visible

@@ -60,7 +60,45 @@ class ConfigPage(BaseModel):
     pageSize: int
 
 
-MODELS: list[type[BaseModel]] = [LLMBody, JobBody, PoolBody, Error, Summary, ConfigPage]
+class FieldChange(BaseModel):
+    field: str = Field(description="The API's name: `priority`, `ttft`, `pool.swapBudget`, ...")
+    from_: Any = Field(None, alias="from", description="The value before (null: not set)")
+    to: Any = Field(None, description="The value after (null: removed)")
+
+
+class HistoryEntry(BaseModel):
+    """One change of a route's client-owned fields."""
+
+    id: str = Field(description="The CR's resourceVersion after the change: what revert names")
+    time: str = Field(description="When (RFC 3339, seconds)")
+    actor: str = Field(
+        description="Who: the caller as the audit line names it (a Kubernetes username, or "
+        "token:write), or the field manager for a change made around slo-api"
+    )
+    via: str = Field(description="`slo-api`, or the field manager that made the change")
+    requestId: str | None = Field(None, description="The write's X-Request-Id (via slo-api)")
+    changes: list[FieldChange]
+    after: dict[str, Any] = Field(
+        description="The route's client-owned fields after the change: a PUT body"
+    )
+
+
+class HistoryPage(BaseModel):
+    items: list[HistoryEntry] = Field(description="Newest first")
+    total: int
+    page: int
+    pageSize: int
+
+
+MODELS: list[type[BaseModel]] = [
+    LLMBody,
+    JobBody,
+    PoolBody,
+    Error,
+    Summary,
+    ConfigPage,
+    HistoryPage,
+]
 
 
 def ref(name: str) -> dict[str, str]:
@@ -102,6 +140,14 @@ GET_RESPONSES = {
         "content": {"application/json": {"schema": ROUTE_BODY}},
     },
     **_errors(304, *_COMMON),
+}
+HISTORY_RESPONSES = {
+    200: {
+        "description": "The route's recorded changes, newest first (the last "
+        "ROUTE_HISTORY_ENTRIES), paginated like /config",
+        "content": {"application/json": {"schema": ref("HistoryPage")}},
+    },
+    **_errors(*_COMMON),
 }
 PUT_RESPONSES = {
     200: {

@@ -10,23 +10,26 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from slo_api.api.middleware import STREAM_LABEL
+from slo_api.api.middleware import RAW_SEND, STREAM_LABEL
 from slo_api.errors import ApiError
-from slo_api.feed import Closing, Expired, Feed, TooManyWatchers, Visible, Watcher
+from slo_api.feed import (
+    Allowed,
+    Closing,
+    Expired,
+    Feed,
+    Stream,
+    StreamAccess,
+    TooManyStreams,
+    framing,
+)
 
 log = logging.getLogger("slo_api.api")
 
-NDJSON = "application/x-ndjson"
-SSE = "text/event-stream"
 RETRY_AFTER_SECONDS = 10
 FINAL_WRITE_SECONDS = 1.0
 
 
-def wants_sse(accept: str | None) -> bool:
-    return accept is not None and SSE in accept.lower()
-
-
-def open_stream(
+async def open_stream(
     feed: Feed,
     *,
     view: str,
@@ -34,18 +37,22 @@ def open_stream(
     since: str | None,
     accept: str | None,
     last_event_id: str | None,
-    visible: Visible | None = None,
+    access: StreamAccess | None,
+    allowed: Allowed | None,
 ) -> WatchResponse:
-    sse = wants_sse(accept)
+    """Open a stream for a caller whose `access.allowed()` answered `allowed` just now."""
+    sse = framing.wants_sse(accept)
     if since is None and sse and last_event_id:
         since = last_event_id
+    if since is not None:
+        await feed.settle(since)
     try:
-        watcher = feed.open(view, kind, since, visible, sse)
+        stream = feed.open(view, kind, since, sse=sse, access=access, allowed=allowed)
     except Expired as exc:
         raise ApiError(
             410, f"{exc}; watch again without since", field="since", code="expired"
         ) from None
-    except TooManyWatchers as exc:
+    except TooManyStreams as exc:
         raise ApiError(
             429,
             f"{exc}; try again later",
@@ -54,65 +61,60 @@ def open_stream(
         ) from None
     except Closing as exc:
         raise ApiError(503, str(exc), code="not_ready") from None
-    return WatchResponse(feed, watcher)
+    return WatchResponse(feed, stream)
 
 
 class WatchResponse(Response):
-    """Streams until the client goes, the feed drops the watcher, or the server stops.
+    """Streams until the client goes, the feed ends the stream, or the server stops.
 
-    A raw ASGI response rather than a StreamingResponse: a dropped watcher's writer may be
-    stuck on a full socket, and the feed ends it by cancelling the task that writes.
+    A raw ASGI response rather than a StreamingResponse: the request's own task writes, and
+    the feed ends a stream whose writer is stuck on a full socket by cancelling that task.
     """
 
-    def __init__(self, feed: Feed, watcher: Watcher) -> None:
+    def __init__(self, feed: Feed, stream: Stream) -> None:
         # Not Response.__init__: that would declare a Content-Length for an empty body.
         self.status_code = 200
-        self.media_type = SSE if watcher.sse else NDJSON
-        self.raw_headers = [
-            (b"content-type", (self.media_type + "; charset=utf-8").encode()),
-            (b"cache-control", b"no-cache"),
-            # Proxies that buffer responses (nginx) would hold the events back.
-            (b"x-accel-buffering", b"no"),
-        ]
+        self.media_type = framing.SSE if stream.sse else framing.NDJSON
+        self.raw_headers = framing.headers(stream.sse)
         self.feed = feed
-        self.watcher = watcher
+        self.stream = stream
         self.background: BackgroundTask | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        feed, watcher = self.feed, self.watcher
+        feed, stream = self.feed, self.stream
         scope[STREAM_LABEL] = "/config?watch=true"
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            # The start went through every layer (status, request id, metrics); the body goes
+            # past them (see RAW_SEND).
+            body: Send = scope.get(RAW_SEND, send)
 
             async def write(chunk: bytes) -> None:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await body({"type": "http.response.body", "body": chunk, "more_body": True})
 
-            writer = asyncio.create_task(feed.serve(watcher, write))
+            # Idle until the client goes: it is not woken by what the stream sends.
             listener = asyncio.create_task(_disconnected(receive))
+            listener.add_done_callback(lambda t: None if t.cancelled() else feed.gone(stream))
             try:
-                done, _ = await asyncio.wait({writer, listener}, return_when="FIRST_COMPLETED")
+                await feed.serve(stream, write)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not stream.cancelled or task is None:
+                    raise
+                task.uncancel()  # the feed ended it: finish the response below
+            except Exception:
+                log.exception("change stream failed")
             finally:
-                writer.cancel()
                 listener.cancel()
-                await asyncio.gather(writer, listener, return_exceptions=True)
-            if listener in done and not listener.cancelled():
+            if stream.gone:
                 return  # the client went: nobody to finish the response for
-            if not writer.cancelled() and writer.exception() is not None:
-                log.error("change stream failed", exc_info=writer.exception())
-            tail = b""
-            if watcher.dropped is not None:
-                tail = feed.error(
-                    watcher,
-                    "too_slow",
-                    f"the stream fell more than {feed.queue} changes behind; "
-                    "watch again with since=<the last revision read>",
-                )
             # A stalled reader cannot take even this: the server then just closes.
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(FINAL_WRITE_SECONDS):
-                    await send({"type": "http.response.body", "body": tail, "more_body": False})
+                    last = feed.tail(stream)
+                    await body({"type": "http.response.body", "body": last, "more_body": False})
         finally:
-            feed.close(watcher)
+            feed.close(stream)
 
 
 async def _disconnected(receive: Receive) -> None:

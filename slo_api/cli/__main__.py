@@ -138,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         "print route changes as they happen (the current routes first)",
         commands.cmd_watch,
         "Runs until interrupted. A lost connection is resumed where it stopped, so no change\n"
-        "is missed or printed twice; if the server no longer has that place (it restarted),\n"
-        "the current routes are printed again. -o json prints one event per line:\n"
-        '{"type": "ADDED"|"MODIFIED"|"DELETED", "route", "object", "revision"}.',
+        "is missed; if the server no longer has that place (it restarted), the current\n"
+        "routes are compared with what was printed: a RESYNC line, then what was added,\n"
+        "changed or deleted meanwhile. -o json prints one event per line:\n"
+        '{"type": "ADDED"|"MODIFIED"|"DELETED"|"RESYNC", "route", "object", "revision"}.',
     )
     watching.add_argument("--kind", choices=("llm", "job", "pool"), help="only routes of this kind")
 
@@ -176,6 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("route", help="route name")
     _dry_run(reset)
+
+    history = add(
+        "history",
+        "show who changed a route, when, and from what (newest first)",
+        commands.cmd_history,
+    )
+    history.add_argument("route", help="route name")
+
+    revert = add(
+        "revert",
+        "put a route back as a history entry left it",
+        commands.cmd_revert,
+        "Sends the entry's body with If-Match from a fresh read: if the route changes in\n"
+        "between, nothing is written and sloctl exits 4. Fields set now that the entry did\n"
+        "not have are removed.",
+    )
+    revert.add_argument("route", help="route name")
+    revert.add_argument("entry", help="the entry's ID (from `sloctl history ROUTE`)")
+    _dry_run(revert)
     return parser
 
 

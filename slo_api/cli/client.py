@@ -151,6 +151,25 @@ class SloClient:
             raise StreamLost(str(exc) or type(exc).__name__) from None
         raise StreamLost("the server ended the stream")
 
+    def history(self, route: str) -> list[Body]:
+        """A route's recorded changes, newest first, walking the pages until `total` are read."""
+        items: list[Body] = []
+        page = 1
+        while True:
+            params: dict[str, str | int] = {"page": page, "pageSize": PAGE_SIZE}
+            path = self._route_path(route) + "/history"
+            data = self._json_object(self._send("GET", path, params=params))
+            batch, total = data.get("items"), data.get("total")
+            if not isinstance(batch, list) or not isinstance(total, int):
+                raise CliError(
+                    "the server's history answer has no items/total; is --server an slo-api?",
+                    ExitCode.SERVER,
+                )
+            items.extend(item for item in batch if isinstance(item, dict))
+            if not batch or len(items) >= total:
+                return items
+            page += 1
+
     def get(self, route: str) -> tuple[Body, str | None]:
         response = self._send("GET", self._route_path(route))
         return self._json_object(response), response.headers.get("ETag")

@@ -45,14 +45,22 @@ RECONNECT_MAX_SECONDS = 10.0
 
 
 def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
-    """Print changes as they come; after a lost connection, resume where the stream was."""
+    """Print changes as they come; after a lost connection, resume where the stream was.
+
+    When the server cannot resume (410, or it ended the stream with `expired`), the whole
+    state comes again: it is compared with what was printed, as client-go's Replace does, so
+    a route that went away meanwhile is printed as DELETED. A RESYNC line marks that.
+    """
     since: str | None = None
     delay = 0.5
     connected_once = False
+    printed: dict[str, Any] = {}  # route -> the object last printed for it
     while True:
         # A stream opened without `since` starts with the whole state; a place in it is only
         # worth resuming from once the initial bookmark said that state was complete.
         resumable = since is not None
+        # Starting over after having printed: collect the state, then print the difference.
+        snapshot: dict[str, Any] | None = None if resumable or not connected_once else {}
         try:
             for event in client.watch(args.kind, since):
                 connected_once = True
@@ -61,13 +69,33 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 revision = event.get("revision")
                 if kind == "ERROR":
                     error = event.get("error") or {}
-                    raise StreamLost(str(error.get("message") or error.get("code") or "error"))
+                    code = error.get("code")
+                    message = str(error.get("message") or code or "error")
+                    if code in ("unauthorized", "forbidden"):
+                        raise CliError(f"the server ended the watch: {message}", ExitCode.AUTH)
+                    if code == "expired":
+                        since = None  # the server says: watch again from the whole state
+                    raise StreamLost(message)
                 if kind == "BOOKMARK" and event.get("initial"):
                     resumable = True
+                    if snapshot is not None:
+                        _resync(printed, snapshot, revision, args.output)
+                        snapshot = None
                 if resumable and isinstance(revision, str):
                     since = revision
-                if kind != "BOOKMARK":
-                    print_event(event, args.output)
+                if kind == "BOOKMARK":
+                    continue
+                route = event.get("route")
+                if snapshot is not None:
+                    if isinstance(route, str):
+                        snapshot[route] = event
+                    continue
+                if isinstance(route, str):
+                    if kind == "DELETED":
+                        printed.pop(route, None)
+                    else:
+                        printed[route] = event.get("object")
+                print_event(event, args.output)
         except StreamLost as exc:
             if not connected_once:
                 raise CliError(f"the watch ended at once: {exc}", ExitCode.SERVER) from None
@@ -83,6 +111,21 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 raise
         time.sleep(delay)
         delay = min(RECONNECT_MAX_SECONDS, delay * 2)
+
+
+def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fmt: str) -> None:
+    """Print what changed between what was printed and the new whole state."""
+    print_event({"type": "RESYNC", "revision": revision}, fmt)
+    for route in sorted(printed.keys() - snapshot.keys()):
+        print_event({"type": "DELETED", "route": route, "object": printed.pop(route)}, fmt)
+    for route in sorted(snapshot):
+        event = snapshot[route]
+        before = printed.get(route)
+        if before == event.get("object"):
+            continue
+        change = {**event, "type": "ADDED" if route not in printed else "MODIFIED"}
+        printed[route] = event.get("object")
+        print_event(change, fmt)
 
 
 def print_event(event: Body, fmt: str) -> None:
@@ -185,6 +228,73 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
         # 204 carries no body; show what the route looks like now.
         result, _ = client.get(route)
     show(result, args.output)
+    return ExitCode.OK
+
+
+def cmd_history(client: SloClient, args: argparse.Namespace) -> int:
+    entries = client.history(args.route)
+    if args.output != "table":
+        show(entries, args.output)
+    elif entries:
+        print(output.history_table(entries))
+    else:
+        warn(f"no recorded changes for {args.route}")
+    return ExitCode.OK
+
+
+# What a GET shows that is not the client's to restore (the API's read-only fields).
+READ_ONLY = frozenset({"route", "kind", "status", "highPriority"})
+POOL_READ_ONLY = frozenset({"members", "gpu"})
+
+
+def revert_body(after: Body, current: Body) -> Body:
+    """The PUT that brings `current` back to a history entry's `after`: its fields, and null
+    for each field set now that was not set then (a PUT leaves out-of-body fields alone)."""
+    body: Body = copy.deepcopy(after)
+    body["route"] = current.get("route")
+    pooled = current.get("kind") == "pool"
+    for key in current:
+        if key in READ_ONLY or key == "pool" or key in body:
+            continue
+        body[key] = None
+    if pooled:
+        wanted = body.setdefault("pool", {})
+        for key in current.get("pool") or {}:
+            if key not in POOL_READ_ONLY and key not in wanted:
+                wanted[key] = None
+    return body
+
+
+def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
+    route: str = args.route
+    entries = client.history(route)
+    entry = next((e for e in entries if str(e.get("id")) == args.entry), None)
+    if entry is None or not isinstance(entry.get("after"), dict):
+        raise CliError(
+            f"{route} has no history entry {args.entry!r}",
+            ExitCode.NOT_FOUND,
+            details=("hint: `sloctl history ROUTE` lists the entries",),
+        )
+    current, etag = client.get(route)
+    body = revert_body(entry["after"], current)
+    try:
+        # Conditional on what was just read: a change made meanwhile is not overwritten.
+        stored = client.put(route, body, if_match=etag or "*", dry_run=args.dry_run)
+    except CliError as exc:
+        if exc.status != 412:
+            raise
+        raise CliError(
+            f"{route} changed while it was being reverted; nothing was written",
+            ExitCode.CONFLICT,
+            status=412,
+            details=("hint: look at `sloctl history ROUTE` again, then retry",),
+        ) from None
+    if args.output == "table":
+        done = "would be reverted (dry run)" if args.dry_run else "reverted"
+        print(f"{output.printable(route)}: {done} to {output.printable(args.entry)}")
+        print("\n".join(output.changes(current, stored)) or "  (no visible change)")
+    else:
+        show(stored, args.output)
     return ExitCode.OK
 
 

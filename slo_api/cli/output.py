@@ -219,3 +219,31 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         if old.get(key) != new.get(key)
     ]
     return key_values(pairs, indent="  ").splitlines()
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def _change(change: dict[str, Any]) -> str:
+    field, old, new = str(change.get("field")), change.get("from"), change.get("to")
+    if isinstance(old, dict | list) or isinstance(new, dict | list):
+        word = "set" if old is None else "removed" if new is None else "changed"
+        return f"{field} {word}"
+    return f"{field} {_cell(old)}->{_cell(new)}"
+
+
+def history_table(entries: Sequence[dict[str, Any]]) -> str:
+    """One line per change, newest first: ID TIME ACTOR VIA CHANGES."""
+    rows = [["ID", "TIME", "ACTOR", "VIA", "CHANGES"]]
+    for entry in entries:
+        changes = entry.get("changes") or []
+        rows.append(
+            [
+                _cell(entry.get("id")),
+                _cell(entry.get("time")),
+                _cell(entry.get("actor")),
+                _cell(entry.get("via")),
+                ", ".join(_change(c) for c in changes if isinstance(c, dict)) or MISSING,
+            ]
+        )
+    return columns(rows)

@@ -7,6 +7,7 @@ import { markSelected, refreshListQuietly } from "./list.js";
 import { buildBody } from "./body.js";
 import { clearFieldErrors, showErrors } from "./field-errors.js";
 import { renderEditor } from "./form.js";
+import { showHistory } from "./history.js";
 
 export function dirty() {
   return state.original && state.draft && Object.keys(buildBody(true).body).length > 0;
@@ -42,10 +43,12 @@ export function loadInto(result) {
   state.draft = toDraft(result.data);
   state.etag = result.headers.get("ETag");
   renderEditor();
+  showHistory(result.data.route, { reload: (route) => selectRoute(route, true), writing });
 }
 
 export function showPlaceholder(text) {
   $("editor-body").replaceChildren(h("p", { class: "hint", text }));
+  $("history-body").replaceChildren();
 }
 
 // Numbers become strings while they are edited, so a half-typed value is kept as typed.

@@ -8,6 +8,10 @@ import { renderList, summaryOf } from "./list.js";
 import { routeChanged } from "./editor.js";
 
 const RETRY_MAX_MS = 15000;
+// The server sends a bookmark at least every 15 s (WATCH_BOOKMARK_SECONDS): a stream silent
+// for much longer than that is a dead connection nobody told us about (a sleeping laptop, a
+// proxy that dropped it). It is cut and resumed, so the page never shows stale data forever.
+const SILENCE_MS = 45000;
 
 let controller = null;
 let since = null; // the last revision read: a reconnect resumes after it
@@ -51,10 +55,28 @@ async function follow(mine) {
 }
 
 async function readStream(mine) {
+  // This request alone is cut by the watchdog; stopLive cuts it through `mine`.
+  const request = new AbortController();
+  const cut = () => request.abort();
+  mine.signal.addEventListener("abort", cut);
+  let watchdog = setTimeout(cut, SILENCE_MS);
+  const heard = () => {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(cut, SILENCE_MS);
+  };
+  try {
+    return await readEvents(request, heard);
+  } finally {
+    clearTimeout(watchdog);
+    mine.signal.removeEventListener("abort", cut);
+  }
+}
+
+async function readEvents(request, heard) {
   const url = API + "config?watch=true&view=full" + (since ? "&since=" + encodeURIComponent(since) : "");
   const response = await fetch(url, {
     headers: { Accept: "application/x-ndjson", Authorization: "Bearer " + state.token },
-    cache: "no-store", credentials: "omit", signal: mine.signal,
+    cache: "no-store", credentials: "omit", signal: request.signal,
   });
   if (response.status === 401 || response.status === 403) return "unauthorized";
   if (response.status === 410) return "expired";
@@ -68,6 +90,7 @@ async function readStream(mine) {
   for (;;) {
     const { value, done } = await reader.read();
     if (done) return "read";
+    heard();
     buffer += value;
     let end;
     while ((end = buffer.indexOf("\n")) >= 0) {
@@ -75,7 +98,13 @@ async function readStream(mine) {
       buffer = buffer.slice(end + 1);
       if (!line.trim()) continue;
       const event = JSON.parse(line);
-      if (event.type === "ERROR") return "lost"; // fell behind: resume from `since`
+      if (event.type === "ERROR") {
+        const code = event.error && event.error.code;
+        if (code === "unauthorized" || code === "forbidden") return "unauthorized";
+        // What this token may see changed: take the whole state again.
+        if (code === "expired") return "expired";
+        return "lost"; // fell behind: resume from `since` (a 410 then starts over)
+      }
       // A place inside the initial state is no place to resume from: a stream cut there
       // would come back without the rest of it. Take revisions from its bookmark on.
       if (event.revision && (!snapshot || event.type === "BOOKMARK")) since = event.revision;

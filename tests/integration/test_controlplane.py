@@ -202,6 +202,9 @@ def test_the_built_in_roles_aggregate_slo_api_s_user_roles(
         for group, plural in (
             ("inference.modelsphere.dev", "llmslorequirements"),
             ("inference.modelsphere.dev", "jobslorequirements"),
+            # The older group of the SLO kinds, which a cluster may still serve.
+            ("inference.x-k8s.io", "llmslorequirements"),
+            ("inference.x-k8s.io", "jobslorequirements"),
             ("inference.llmkube.dev", "modelpools"),
         )
         for verb in verbs

@@ -177,6 +177,7 @@ async def test_with_only_the_old_group_every_operation_works_with_default_settin
                 assert ready.json()["kinds"][kind] == {
                     "synced": True,
                     "present": True,
+                    "stale": False,
                     "objects": 1,
                     "groups": [NEW, OLD],
                     "served": [OLD],

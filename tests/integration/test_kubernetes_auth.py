@@ -390,7 +390,7 @@ async def test_a_change_stream_needs_list_and_watch_somewhere(
         assert "list and watch" in error["message"]
         for secret in (world.a, world.b, world.people):
             assert secret not in error["message"]
-        assert not service.runtime.feed.watchers  # no slot taken
+        assert not service.runtime.feed.streams  # no slot taken
         gone = await client.get("/config", params=params, headers={"Authorization": "Bearer no"})
         assert gone.status_code == 401
         # The viewer may list and watch in b: its stream opens and shows b's routes only.

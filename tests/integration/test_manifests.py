@@ -437,8 +437,12 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces(
     cluster_roles = {
         o["metadata"]["name"]: o for o in _load("rbac/rbac.yaml") if o["kind"] == "ClusterRole"
     }
-    # What the cluster-wide deployment grants on the kinds and on Events, per namespace.
-    granted = cluster_roles["slo-api"]["rules"] + cluster_roles["slo-api:events"]["rules"]
+    # What the cluster-wide deployment grants on the kinds, Events and histories, per namespace.
+    granted = (
+        cluster_roles["slo-api"]["rules"]
+        + cluster_roles["slo-api:events"]["rules"]
+        + cluster_roles["slo-api:history"]["rules"]
+    )
     roles = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "Role"}
     bindings = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "RoleBinding"}
     assert sorted(roles) == sorted(watched)
@@ -590,6 +594,8 @@ def sizing_formula() -> Callable[[int], float]:
     found = _FORMULA.search(README.read_text())
     assert found, "README.md has no sizing formula"
     empty, per_10k, history, per_stream_kib = (int(g) for g in found.groups())
+    # Three histories (both views and one kind followed alone), each at its default bound.
+    assert history == 3 * Settings.model_fields["watch_history_bytes"].default // 2**20
     streams = Settings.model_fields["max_watchers"].default * per_stream_kib / 1024
     return lambda crs: 1.25 * (empty + per_10k * crs / 10_000 + history + streams)
 

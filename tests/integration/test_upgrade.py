@@ -305,7 +305,7 @@ async def test_the_upgrade_keeps_the_service_the_secret_and_the_old_token(
     shipped = next(o for o in app if o["kind"] == "ClusterRole" and o["metadata"]["name"] == NAME)
     assert role["rules"] == shipped["rules"]
     assert not [r for r in role["rules"] if "update" in r["verbs"]]
-    for binding in ("slo-api", "slo-api:auth-delegator", "slo-api:events"):
+    for binding in ("slo-api", "slo-api:auth-delegator", "slo-api:events", "slo-api:history"):
         _get(admin, "ClusterRoleBinding", binding, api="rbac.authorization.k8s.io/v1", ns=None)
 
     # Step 5 and 6: the original's pod gone, the namespace's Pod Security labels.

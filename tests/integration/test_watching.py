@@ -85,6 +85,7 @@ def job_state(*, present: bool, objects: int) -> dict[str, object]:
     return {
         "synced": True,
         "present": present,
+        "stale": False,
         "objects": objects,
         "groups": JOB_GROUPS,
         "served": served,
@@ -392,6 +393,46 @@ async def test_the_watch_recovers_after_the_api_server_restarts(
         # The API server is watched again: one more change arrives promptly.
         own_admin.delete(*LLM, ns, "kept")
         await service.eventually(lambda: not service.indexed(kept), what="a later delete")
+
+
+RESTARTS = 3
+OUTAGE_SECONDS = 25  # long enough for the refused reconnects to grow the backoff past 10 s
+CURRENT_WITHIN = 10.0
+
+
+async def test_the_index_is_current_within_seconds_of_each_api_server_restart(
+    own: Cluster, own_admin: Admin, own_namespace: str, own_kubeconfig: Path
+) -> None:
+    ns = own_namespace
+    own_admin.create(crs.llm(ns, "gone", service_id=f"{ns}-gone"))
+    async with running(own_kubeconfig, watch_inactivity_seconds=3) as service:
+        await service.eventually(lambda: service.indexed(f"{ns}-gone"), what="the initial list")
+        for n in range(RESTARTS):
+            recoveries = service.runtime.recovery.recoveries
+            await asyncio.to_thread(own.plane.stop_apiserver)
+            await asyncio.sleep(OUTAGE_SECONDS)
+            # Returns once the API server's /readyz says 200.
+            await asyncio.to_thread(own.plane.start_apiserver)
+            ready_at = time.monotonic()
+            route = f"{ns}-after-{n}"
+            own_admin.create(crs.llm(ns, f"after-{n}", service_id=route))
+            if n == 0:
+                own_admin.delete(*LLM, ns, "gone")
+
+            def current(route: str = route) -> bool:
+                kinds = service.runtime.kind_states()
+                return bool(service.indexed(route)) and not any(k.stale for k in kinds)
+
+            left = CURRENT_WITHIN - (time.monotonic() - ready_at)
+            await service.eventually(
+                current, within=left, what=f"the index current after restart {n + 1}"
+            )
+            took = time.monotonic() - ready_at
+            # Woken by the probe, not by the end of a backoff the outage grew.
+            assert service.runtime.recovery.recoveries > recoveries
+            assert not service.indexed(f"{ns}-gone")
+            assert (await service.get("/readyz")).status_code == 200
+            print(f"restart {n + 1}: the index was current {took:.1f}s after readiness")
 
 
 async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished(

@@ -37,6 +37,8 @@ class FakeKube:
         self.fail_next: KubeError | None = None
         self.patches: list[tuple[str, Obj, bool]] = []
         self.closed = False
+        self.timeout = 5.0
+        self.config_maps: dict[tuple[str, str], Obj] = {}
         for plural, items in (objects or {}).items():
             for obj in items:
                 self.add(plural, obj)
@@ -61,6 +63,9 @@ class FakeKube:
             raise KubeError(404, message="404 page not found")
         items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
+
+    async def ready(self) -> bool:
+        return True
 
     async def served(self, group: str, version: str) -> set[str]:
         if group not in self.groups:
@@ -93,8 +98,47 @@ class FakeKube:
             return merged
         self.rv += 1
         merged["metadata"]["resourceVersion"] = str(self.rv)
+        # As the API server does: the fields written become the field manager's.
+        merged["metadata"]["managedFields"] = [
+            {
+                "manager": "slo-api",
+                "operation": "Update",
+                "time": "2026-01-01T00:00:00Z",
+                "fieldsV1": {"f:spec": {f"f:{k}": {} for k in patch.get("spec") or {}}},
+            }
+        ]
         self.objects[key] = merged
         return copy.deepcopy(merged)
+
+    async def get_config_map(self, namespace: str, name: str) -> Obj:
+        self._fault()
+        cm = self.config_maps.get((namespace, name))
+        if cm is None:
+            raise KubeError(404, "NotFound", "not found", is_status=True)
+        return copy.deepcopy(cm)
+
+    async def create_config_map(self, namespace: str, body: Obj) -> Obj:
+        self._fault()
+        key = (namespace, body["metadata"]["name"])
+        if key in self.config_maps:
+            raise KubeError(409, "AlreadyExists", "already exists", is_status=True)
+        return self._store_config_map(key, body)
+
+    async def replace_config_map(self, namespace: str, name: str, body: Obj) -> Obj:
+        self._fault()
+        stored = self.config_maps.get((namespace, name))
+        if stored is None:
+            raise KubeError(404, "NotFound", "not found", is_status=True)
+        if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        return self._store_config_map((namespace, name), body)
+
+    def _store_config_map(self, key: tuple[str, str], body: Obj) -> Obj:
+        self.rv += 1
+        cm = copy.deepcopy(body)
+        cm["metadata"]["resourceVersion"] = str(self.rv)
+        self.config_maps[key] = cm
+        return copy.deepcopy(cm)
 
     async def watch(
         self, res: Resource, *, initial_events: bool = False, **_: Any

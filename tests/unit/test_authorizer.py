@@ -410,7 +410,7 @@ async def test_a_stream_needs_list_and_watch_somewhere(start: Started) -> None:
         assert refused.status_code == 403
         assert refused.json()["error"]["code"] == "forbidden"
         assert "list and watch" in refused.json()["error"]["message"]
-        assert not app.state.runtime.feed.watchers
+        assert not app.state.runtime.feed.streams
 
 
 async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: Started) -> None:

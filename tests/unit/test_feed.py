@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from slo_api.feed import Expired, Feed, TooManyWatchers, Watcher
+from slo_api.errors import ApiError
+from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
@@ -18,9 +19,9 @@ Obj = dict[str, Any]
 
 def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
     options: dict[str, Any] = {
-        "history": 64,
-        "queue": 8,
-        "max_watchers": 10,
+        "history_bytes": 1 << 20,
+        "max_streams": 10,
+        "streams_per_identity": 3,
         "bookmark_seconds": 3600,
         "flush_seconds": 0,
         **overrides,
@@ -29,30 +30,51 @@ def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
 
 
 class Reader:
-    """Runs one stream into a list of decoded events."""
+    """Runs one stream into a list of decoded events, as the HTTP response does."""
 
-    def __init__(self, feed: Feed, watcher: Watcher) -> None:
+    def __init__(self, feed: Feed, stream: Stream) -> None:
         self.feed = feed
-        self.watcher = watcher
+        self.stream = stream
         self.raw: list[bytes] = []
-        self.task = asyncio.create_task(feed.serve(watcher, self._write))
+        self.stalled = False  # its client stops reading: every write from now on hangs
+        self.task = asyncio.create_task(self._run())
 
     async def _write(self, chunk: bytes) -> None:
+        if self.stalled:
+            await asyncio.Event().wait()
         self.raw.append(chunk)
+
+    async def _run(self) -> None:
+        try:
+            await self.feed.serve(self.stream, self._write)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.stream.cancelled or task is None:
+                raise
+            task.uncancel()
+        self.raw.append(self.feed.tail(self.stream))
 
     @property
     def events(self) -> list[Obj]:
+        return [data for _, data in self.frames]
+
+    @property
+    def frames(self) -> list[tuple[str | None, Obj]]:
         text = b"".join(self.raw)
-        if self.watcher.sse:
-            return [
-                orjson.loads(line[len(b"data: ") :])
-                for line in text.split(b"\n")
-                if line.startswith(b"data: ")
-            ]
-        return [orjson.loads(line) for line in text.splitlines()]
+        if self.stream.sse:
+            out = []
+            for block in text.split(b"\n\n"):
+                fields = dict(line.split(b": ", 1) for line in block.split(b"\n") if b": " in line)
+                if b"data" in fields:
+                    ident = fields.get(b"id")
+                    out.append((ident.decode() if ident else None, orjson.loads(fields[b"data"])))
+            return out
+        return [(None, orjson.loads(line)) for line in text.splitlines()]
 
     def changes(self) -> list[tuple[str, str]]:
-        return [(e["type"], e["route"]) for e in self.events if e["type"] != "BOOKMARK"]
+        return [
+            (e["type"], e["route"]) for e in self.events if e["type"] not in ("BOOKMARK", "ERROR")
+        ]
 
     async def settle(self) -> None:
         for _ in range(5):
@@ -61,7 +83,7 @@ class Reader:
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        self.feed.close(self.watcher)
+        self.feed.close(self.stream)
 
 
 async def reader(feed: Feed, view: str = "summary", kind: str | None = None, **kw: Any) -> Reader:
@@ -84,7 +106,8 @@ async def test_a_stream_starts_with_the_current_routes_then_an_initial_bookmark(
     ]
     assert events[-1]["initial"] is True
     assert events[0]["object"] == feed.service.summary("batch")
-    assert {e["revision"] for e in events} == {feed.revision(feed.head)}
+    # No place to resume from inside the initial state: only its bookmark has one.
+    assert [e.get("revision") for e in events] == [None, None, feed.revision(feed.head)]
     await r.stop()
 
 
@@ -94,7 +117,9 @@ async def test_each_change_is_sent_once_with_its_type_and_new_item() -> None:
     index.upsert(LLM, cr("a", "x", "chat"))
     r = await reader(feed)
     index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=5))
+    await r.settle()
     index.upsert(LLM, cr("a", "y", "code"))
+    await r.settle()
     index.delete(LLM, cr("a", "x", "chat", rv=3))
     await r.settle()
     assert r.changes()[1:] == [("MODIFIED", "chat"), ("ADDED", "code"), ("DELETED", "chat")]
@@ -103,7 +128,7 @@ async def test_each_change_is_sent_once_with_its_type_and_new_item() -> None:
     # A DELETED event carries the item as it last was.
     assert r.events[-1]["object"]["priority"] == 5
     revisions = [e["revision"] for e in r.events[2:]]
-    assert revisions == sorted(revisions, key=lambda v: int(v.split(".")[1]))
+    assert revisions == sorted(revisions, key=feed.log.sequence)
     assert len(set(revisions)) == 3
     await r.stop()
 
@@ -176,8 +201,8 @@ async def test_since_replays_exactly_the_later_changes() -> None:
     await resumed.stop()
 
 
-async def test_a_revision_too_old_from_another_process_or_the_future_is_expired() -> None:
-    feed = make_feed(history=16)
+async def test_a_revision_too_old_from_the_future_or_garbage_is_expired() -> None:
+    feed = make_feed(history_bytes=4000)
     index = feed.index
     r = await reader(feed)
     old = feed.revision(feed.head)
@@ -186,47 +211,55 @@ async def test_a_revision_too_old_from_another_process_or_the_future_is_expired(
         await r.settle()
     with pytest.raises(Expired, match="older"):
         feed.open("summary", None, old)
-    other = make_feed()
-    other.open("summary", None)
     with pytest.raises(Expired, match="not from this"):
-        other.open("summary", None, feed.revision(feed.head))
-    with pytest.raises(Expired):
         feed.open("summary", None, feed.revision(feed.head + 5))
     with pytest.raises(Expired):
         feed.open("summary", None, "garbage")
-    # A view nobody watched has no history: a resume of it starts over.
-    with pytest.raises(Expired):
-        feed.open("full", None, feed.revision(feed.head))
     await r.stop()
 
 
-async def test_a_stalled_reader_is_dropped_and_the_others_get_every_change() -> None:
-    feed = make_feed(queue=8)
+async def test_a_stalled_reader_is_ended_at_the_bound_and_the_others_get_every_change() -> None:
+    feed = make_feed(history_bytes=8000)
     index = feed.index
-    stalled = feed.open("summary", None)
-    never = asyncio.Event()
-
-    async def stuck(chunk: bytes) -> None:
-        await never.wait()
-
-    task = asyncio.create_task(feed.serve(stalled, stuck))
+    index.upsert(LLM, cr("a", "first", "first"))
+    stalled = await reader(feed)
+    stalled.stalled = True
     healthy = await reader(feed)
-    for i in range(20):
+    for i in range(40):
         index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
         await healthy.settle()
-    assert stalled.dropped == "slow"
-    assert task.cancelled()
-    assert len(healthy.changes()) == 20
+    await stalled.task
+    tail = orjson.loads(stalled.raw[-1])
+    assert tail["type"] == "ERROR"
+    assert tail["error"]["code"] == "too_slow"
+    assert len(healthy.changes()) == 41
     sample = feed.metrics.registry.get_sample_value
-    assert sample("slo_api_change_streams_dropped_total", {"reason": "slow"}) == 1
+    assert sample("slo_api_change_streams_dropped_total", {"reason": "too_slow"}) == 1
     await healthy.stop()
 
 
+async def test_the_error_frame_names_only_what_was_written() -> None:
+    feed = make_feed(history_bytes=8000)
+    index = feed.index
+    r = await reader(feed, sse=True)
+    bookmark_id = r.frames[-1][0]
+    assert bookmark_id == feed.revision(feed.head)
+    r.stalled = True
+    for i in range(40):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+        await r.settle()
+    await r.task
+    ident, error = r.frames[-1]
+    assert error["type"] == "ERROR"
+    # The changes it was stuck writing never left: its place is still the bookmark's.
+    assert ident == bookmark_id
+
+
 async def test_more_watchers_than_allowed_are_refused() -> None:
-    feed = make_feed(max_watchers=2)
+    feed = make_feed(max_streams=2)
     a = feed.open("summary", None)
     feed.open("summary", None)
-    with pytest.raises(TooManyWatchers):
+    with pytest.raises(TooManyStreams):
         feed.open("summary", None)
     feed.close(a)
     feed.open("summary", None)
@@ -237,12 +270,9 @@ async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() ->
     feed = make_feed()
     index = feed.index
 
-    async def visible(kind: str, namespace: str) -> bool:
-        return namespace == "mine"
-
     index.upsert(LLM, cr("mine", "x", "chat"))
     index.upsert(LLM, cr("theirs", "y", "secret"))
-    r = await reader(feed, visible=visible)
+    r = await reader(feed, allowed=frozenset({("llm", "mine")}))
     assert r.changes() == [("ADDED", "chat")]
     # Another namespace's CR makes it ambiguous: still visible through ours.
     index.upsert(LLM, cr("theirs", "z", "chat"))
@@ -274,10 +304,22 @@ async def test_sse_frames_carry_the_revision_as_id() -> None:
     feed.index.upsert(LLM, cr("a", "x", "chat"))
     r = await reader(feed, sse=True)
     text = b"".join(r.raw).decode()
+    # A jittered reconnect delay first, so a restarted server's clients come back spread out.
+    retry = text.split("\n\n")[0]
+    assert retry.startswith("retry: ")
+    assert 2000 <= int(retry.removeprefix("retry: ")) <= 4000
     revision = feed.revision(feed.head)
-    assert text.startswith(f"id: {revision}\ndata: ")
-    assert text.endswith("\n\n")
-    assert [e["type"] for e in r.events] == ["ADDED", "BOOKMARK"]
+    # The initial ADDED has no id: an EventSource cut inside the initial state must not
+    # resume from there (it would never get the rest of it).
+    assert r.frames == [
+        (None, {"type": "ADDED", "route": "chat", "object": feed.service.summary("chat")}),
+        (revision, {"type": "BOOKMARK", "revision": revision, "initial": True}),
+    ]
+    feed.index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=2))
+    await r.settle()
+    ident, event = r.frames[-1]
+    assert ident == event["revision"]
+    assert feed.log.sequence(str(ident)) == feed.head
     await r.stop()
 
 
@@ -320,3 +362,277 @@ async def test_changes_between_opening_and_the_first_write_are_sent_once() -> No
     assert r.events[-1]["type"] == "BOOKMARK"
     assert r.events[-1]["revision"] == feed.revision(feed.head)
     await r.stop()
+
+
+async def test_a_relist_ends_no_caught_up_stream() -> None:
+    feed = make_feed(history_bytes=80 * 1024)
+    index = feed.index
+    objs = [cr("a", f"n{i}", f"r{i}") for i in range(50)]
+    index.replace(LLM, objs)
+    summary = await reader(feed)
+    full = await reader(feed, "full")
+    resume_summary = feed.revision(feed.head)
+    # Every route at once, as a relist delivers it.
+    index.replace(LLM, [cr("a", f"n{i}", f"r{i}", rv=2, priority=1 + i % 10) for i in range(50)])
+    index.upsert(LLM, cr("a", "n0", "r0", rv=3, priority=7))
+    index.upsert(LLM, cr("a", "n0", "r0", rv=4, priority=8))
+    await summary.settle()
+    await full.settle()
+    assert summary.stream.ended is None
+    assert full.stream.ended is None
+    assert len(summary.changes()) == 50 + 50 + 2
+    resumed = await reader(feed, since=resume_summary)
+    assert resumed.changes() == summary.changes()[50:]
+    assert [e["object"]["priority"] for e in resumed.events if e.get("route") == "r0"] == [1, 7, 8]
+    for r in (summary, full, resumed):
+        await r.stop()
+
+
+async def test_one_kinds_churn_does_not_expire_another_kinds_place() -> None:
+    feed = make_feed(history_bytes=6000)
+    index = feed.index
+    index.upsert(JOB, cr("a", "j", "batch", queue={"maxDepth": 1, "promql": "up"}))
+    jobs = await reader(feed, kind="job")
+    everything = await reader(feed)
+    place = jobs.events[-1]["revision"]
+    await jobs.stop()
+    await everything.stop()
+    for i in range(60):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+    with pytest.raises(Expired):
+        feed.open("summary", None, place)
+    index.upsert(
+        JOB, cr("a", "j", "batch", rv=2, priority=4, queue={"maxDepth": 1, "promql": "up"})
+    )
+    resumed = await reader(feed, kind="job", since=place)
+    assert resumed.changes() == [("MODIFIED", "batch")]
+    await resumed.stop()
+
+
+async def test_a_slow_initial_state_is_not_ended_for_the_changes_made_meanwhile() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.replace(LLM, [cr("a", f"n{i}", f"r{i}", queue=None) for i in range(2000)])
+    gate = asyncio.Event()
+    stream = feed.open("full", None)
+    r = Reader(feed, stream)
+    original = r._write
+
+    async def slow(chunk: bytes) -> None:
+        await gate.wait()
+        await original(chunk)
+
+    r._write = slow  # type: ignore[method-assign]
+    await r.settle()
+    for i in range(300):
+        index.upsert(LLM, cr("a", "n1", "r1", rv=2 + i, priority=i % 11))
+    gate.set()
+    await r.settle()
+    while not any(e.get("initial") for e in r.events):
+        await asyncio.sleep(0.01)
+    await r.settle()
+    assert stream.ended is None
+    assert len([e for e in r.events if e["type"] == "ADDED"]) == 2000
+    assert r.events[-1]["object"]["priority"] == 299 % 11
+    await r.stop()
+
+
+async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("theirs", "x", "shared"))
+    index.upsert(POOL, pool("mine", "shared", []))
+    allowed = frozenset({("pool", "mine")})
+    # /config?kind=llm for this caller lists the route: an LLM claims it, and the caller sees
+    # one of its CRs (the pool). The stream lists it too.
+    listed = feed.service.index.routes("llm")
+    assert "shared" in listed
+    r = await reader(feed, kind="llm", allowed=allowed)
+    assert r.changes() == [("ADDED", "shared")]
+    assert r.events[0]["object"]["ambiguous"] is True
+    await r.stop()
+
+
+class Access:
+    def __init__(self, holder: str | None, answers: list[Any]) -> None:
+        self.holder = holder
+        self.answers = answers
+
+    async def allowed(self) -> Allowed | None:
+        answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        result: Allowed | None = answer
+        return result
+
+
+async def test_access_lost_or_changed_ends_the_stream_with_an_error_line() -> None:
+    feed = make_feed(access_seconds=0.01)
+    feed.index.upsert(LLM, cr("mine", "x", "chat"))
+    mine = frozenset({("llm", "mine")})
+    revoked = Access("alice", [mine, ApiError(401, "the token is not valid")])
+    unbound = Access("bob", [mine, ApiError(403, "no list", code="forbidden")])
+    widened = Access("carol", [mine, mine | {("llm", "other")}])
+    steady = Access("dave", [mine])
+    readers = [
+        await reader(feed, access=a, allowed=await a.allowed())
+        for a in (revoked, unbound, widened, steady)
+    ]
+    feed.start()
+    for r in readers[:3]:
+        await asyncio.wait_for(r.task, 5)
+    codes = [orjson.loads(r.raw[-1])["error"]["code"] for r in readers[:3]]
+    assert codes == ["unauthorized", "forbidden", "expired"]
+    assert not readers[3].task.done()
+    await readers[3].stop()
+    await feed.stop()
+
+
+async def test_streams_per_identity_are_capped_and_static_tokens_are_not() -> None:
+    feed = make_feed(streams_per_identity=2)
+    alice = Access("alice", [frozenset()])
+    opened = [feed.open("summary", None, access=alice, allowed=frozenset()) for _ in range(2)]
+    with pytest.raises(TooManyStreams, match="identity"):
+        feed.open("summary", None, access=alice, allowed=frozenset())
+    feed.open("summary", None, access=Access("bob", [frozenset()]), allowed=frozenset())
+    for _ in range(3):
+        feed.open("summary", None, access=Access(None, [None]))
+    feed.close(opened[0])
+    feed.open("summary", None, access=alice, allowed=frozenset())
+
+
+GROUP = "inference.modelsphere.dev"
+
+
+def event(feeds: list[Feed], obj: Obj, deleted: bool = False) -> None:
+    """One watch event as each replica's informer applies it."""
+    for feed in feeds:
+        feed.index.reached(LLM, GROUP, None, obj["metadata"]["resourceVersion"])
+        if deleted:
+            feed.index.delete(LLM, obj, GROUP)
+        else:
+            feed.index.upsert(LLM, obj, GROUP)
+
+
+def listed(feeds: list[Feed], objs: list[Obj], rv: int) -> None:
+    for feed in feeds:
+        feed.index.reached(LLM, GROUP, None, str(rv))
+        feed.index.replace(LLM, objs, GROUP)
+
+
+async def test_another_replica_resumes_from_the_versions_a_revision_names() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a)
+    event(both, cr("a", "y", "code", rv=11))
+    await on_a.settle()
+    cut_at = on_a.events[-1]["revision"]
+    # Changes while the client moves over; b has seen them (it may see them later too).
+    event(both, cr("a", "x", "chat", rv=12, priority=3))
+    event(both, cr("a", "y", "code", rv=13), deleted=True)
+    event(both, cr("a", "z", "new", rv=14))
+    on_b = await reader(b, since=cut_at)
+    assert on_b.changes() == [("MODIFIED", "chat"), ("DELETED", "code"), ("ADDED", "new")]
+    assert on_b.events[0]["object"]["priority"] == 3
+    await on_a.stop()
+    await on_b.stop()
+
+
+async def test_a_replica_whose_history_starts_later_answers_expired() -> None:
+    a = make_feed()
+    listed([a], [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a)
+    before = on_a.events[-1]["revision"]
+    # b starts (a restart, a new replica) after a change it never saw as a change.
+    event([a], cr("a", "x", "chat", rv=11), deleted=True)
+    b = make_feed()
+    listed([b], [], 11)
+    with pytest.raises(Expired, match="older"):
+        b.open("summary", None, before)
+    # A revision from after b's first list resumes.
+    after = on_a.events[-1]["revision"]
+    await on_a.settle()
+    after = a.revision(a.head)
+    b.open("summary", None, after)
+    # Another configuration (other informers) is refused, not misread.
+    c = make_feed()
+    listed([c], [], 11)
+    c.index.reached(JOB, GROUP, None, "11")
+    with pytest.raises(Expired, match="other resources"):
+        c.open("summary", None, after)
+    await on_a.stop()
+
+
+async def test_a_position_inside_one_publication_names_the_version_before_it() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [], 10)
+    # One relist publishes three changes together, at the list's version 20.
+    objs = [cr("a", f"n{i}", f"r{i}", rv=15 + i) for i in range(3)]
+    listed(both, objs, 20)
+    first = a.log.revision(a.head - 2)  # a stream cut after the first of the three
+    on_b = await reader(b, since=first)
+    assert sorted(on_b.changes()) == [("ADDED", "r0"), ("ADDED", "r1"), ("ADDED", "r2")]
+    await on_b.stop()
+
+
+async def test_a_new_streams_initial_state_is_current_though_it_is_joined_from_cached_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slo_api.feed.core.BLOCK", 2)
+    feed = make_feed()
+    index = feed.index
+    for i in range(5):
+        index.upsert(LLM, cr("a", f"n{i}", f"r{i}"))
+
+    async def initial_items() -> dict[str, int]:
+        r = await reader(feed)
+        items = {e["route"]: e["object"]["priority"] for e in r.events if e["type"] == "ADDED"}
+        await r.stop()
+        return items
+
+    assert await initial_items() == {f"r{i}": 0 for i in range(5)}
+    index.upsert(LLM, cr("a", "n3", "r3", rv=2, priority=6))
+    index.upsert(LLM, cr("a", "n9", "r15"))  # shifts the routes after it into other blocks
+    index.delete(LLM, cr("a", "n0", "r0"))
+    expected = {"r1": 0, "r15": 0, "r2": 0, "r3": 6, "r4": 0}
+    assert await initial_items() == expected
+    assert await initial_items() == expected  # from the cache this time
+
+
+async def test_a_position_given_while_a_relist_is_still_recorded_stands_before_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("slo_api.feed.history.CHUNK", 2)
+    a, b = make_feed(), make_feed()
+    listed([a, b], [], 10)
+    objs = [cr("a", f"n{i}", f"r{i}", rv=11 + i) for i in range(6)]
+    listed([b], objs, 20)
+    # a records the relist two routes per turn of the loop; a stream reads it as it goes.
+    for feed in [a]:
+        feed.index.reached(LLM, GROUP, None, "20")
+        feed.index.replace(LLM, objs, GROUP)
+    assert a.log._pending  # the rest is still to be recorded
+    early = a.revision(a.head)
+    on_b = await reader(b, since=early)
+    # Everything of the relist that a had not recorded yet comes from b.
+    assert {route for _, route in on_b.changes()} >= {f"r{i}" for i in range(2, 6)}
+    await on_b.stop()
+
+
+async def test_a_kind_resumed_in_the_views_history_gets_only_its_kind() -> None:
+    feed = make_feed()
+    index = feed.index
+    everyone = await reader(feed)
+    place = everyone.events[-1]["revision"]
+    # Nobody followed jobs alone here: the resume reads the view's history, filtered.
+    jobs = await reader(feed, kind="job", since=place)
+    index.upsert(LLM, cr("a", "x", "chat"))
+    index.upsert(JOB, cr("a", "j", "batch", queue={"maxDepth": 1, "promql": "up"}))
+    await everyone.settle()
+    await jobs.settle()
+    assert everyone.changes() == [("ADDED", "chat"), ("ADDED", "batch")]
+    assert jobs.changes() == [("ADDED", "batch")]
+    await everyone.stop()
+    await jobs.stop()

@@ -59,6 +59,8 @@ class GroupsKube(Kube):
         self.discovery_calls = 0
         self.events: dict[str, asyncio.Queue[Obj]] = {}
         self.watching: dict[str, int] = {}  # open watches per group
+        self.held: set[str] = set()  # groups whose lists do not answer (yet)
+        self.discovery_bug: Exception | None = None
 
     def serve(self, group: str, *objs: Obj) -> None:
         self.served_plurals[group] = {PLURAL}
@@ -78,9 +80,13 @@ class GroupsKube(Kube):
         self.discovery_calls += 1
         if self.discovery_error is not None:
             raise self.discovery_error
+        if self.discovery_bug is not None:
+            raise self.discovery_bug
         return set(self.served_plurals.get(group, set()))
 
     async def list(self, res: Resource, **_: Any) -> Obj:
+        while res.group in self.held:
+            await asyncio.sleep(0.001)
         if res.group not in self.objects:
             raise KubeError(404, message="404 page not found")
         items = [copy.deepcopy(o) for o in self.objects[res.group]]
@@ -265,6 +271,109 @@ async def test_a_group_discovery_misses_is_kept_while_its_lists_still_work(
         assert watch.state().watched == (NEW,)
         kube.push(NEW, {"type": "ADDED", "object": cr(NEW, "b", rv=101)})
         await until(lambda: "b" in routes(watch), "an event after the miss")
+    finally:
+        await stop(watch)
+
+
+async def test_a_group_discovery_misses_before_its_first_list_holds_readiness(
+    kube: GroupsKube,
+) -> None:
+    kube.serve(NEW, cr(NEW, "a"))
+    kube.held.add(NEW)  # the first list takes a while
+    watch = make_watch(kube, groups=(NEW,))
+    await watch.discover()
+    try:
+        del kube.served_plurals[NEW]  # discovery misses the group once meanwhile
+        await watch.discover()
+        # Not "synced" with nothing listed: the group's informer goes on to its first list.
+        assert not watch.synced
+        assert set(watch._tasks) == {(NEW, None)}
+        kube.held.clear()
+        await until(lambda: watch.synced, "synced by the first list")
+        assert routes(watch) == {"a": NEW}
+    finally:
+        await stop(watch)
+
+
+async def test_an_unexpected_discovery_failure_is_counted_and_retried(
+    kube: GroupsKube, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.serve(NEW, cr(NEW, "a"))
+    watch = make_watch(kube)
+    watch.metrics.watch_kind_states(lambda: [watch.state()])
+    delays: list[float] = []
+    real_sleep = asyncio.sleep
+    stale: list[bool] = []
+
+    async def sleep(seconds: float) -> None:
+        # asyncio.sleep itself is patched: `until` polls with it too.
+        if 0.5 <= seconds < 3600:  # a backoff, not the recheck period
+            delays.append(seconds)
+            stale.append(watch.stale)
+            if len(delays) == 3:
+                kube.discovery_bug = None
+        await real_sleep(0)
+
+    monkeypatch.setattr("asyncio.sleep", sleep)
+    # A 200 that is not JSON, or a credential plugin failing inside the client: not a
+    # KubeError.
+    kube.discovery_bug = ValueError("Expecting value: line 1 column 1")
+    task = asyncio.create_task(watch.run())
+    try:
+        await until(lambda: len(delays) >= 3 and watch.discovery_ok, "discovery recovered")
+        await until(lambda: watch.synced, "synced")
+        assert not task.done()  # the kind's watch goes on
+        assert stale[0] is True  # while discovery fails, the kind may be behind
+        registry = watch.metrics.registry
+        failures = registry.get_sample_value(
+            "slo_api_watch_task_failures_total", {"kind": "llm", "task": "discovery"}
+        )
+        assert failures == 3
+        assert delays[0] < delays[1] < 30
+        assert any("unexpectedly" in r.getMessage() for r in caplog.records)
+        assert routes(watch) == {"a": NEW}
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_an_informer_that_fails_outside_its_handlers_is_restarted(
+    kube: GroupsKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.serve(NEW, cr(NEW, "a"))
+    watch = make_watch(kube, groups=(NEW,))
+    await watch.discover()
+    try:
+        await until(lambda: watch.synced and not watch.stale, "synced")
+        informer = watch.informers[(NEW, None)]
+        # A bug in what the loop does on a deleted CRD (its handler, outside any try).
+        absent = informer._absent
+        calls = 0
+
+        def broken() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug")
+            absent()
+
+        monkeypatch.setattr(informer, "_absent", broken)
+        kube.unserve(NEW)
+        await until(
+            lambda: (
+                watch.metrics.registry.get_sample_value(
+                    "slo_api_watch_task_failures_total", {"kind": "llm", "task": "informer"}
+                )
+                == 1
+            ),
+            "the failure counted",
+        )
+        assert watch.stale  # not watched while it restarts
+        assert not watch._tasks[(NEW, None)].done()
+        await until(lambda: not informer.present, "the restarted loop found the CRD gone")
+        assert routes(watch) == {}
+        assert not watch.stale  # known absent: nothing to be behind on
     finally:
         await stop(watch)
 

@@ -112,6 +112,7 @@ async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None
         assert body["kinds"]["job"] == {
             "synced": True,
             "present": False,
+            "stale": False,
             "objects": 0,
             "groups": ["inference.modelsphere.dev", "inference.x-k8s.io"],
             "served": [],

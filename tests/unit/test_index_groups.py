@@ -257,7 +257,15 @@ def test_what_is_shown_is_always_the_preferred_copy(ops: list[tuple[Any, ...]]) 
         elif o[0] == "replace":
             _, group, items = o
             fresh = {(ns, name): cr(group, ns, name, route) for (ns, name), route in items}
-            copies[group] = fresh
+            # A copy held at a later resourceVersion than the list's (a write-through) stays.
+            copies[group] = {
+                key: held
+                if (held := copies[group].get(key)) is not None
+                and int(held["metadata"]["resourceVersion"])
+                > int(obj["metadata"]["resourceVersion"])
+                else obj
+                for key, obj in fresh.items()
+            }
             index.replace(LLM, fresh.values(), group)
         else:
             copies[o[1]] = {}

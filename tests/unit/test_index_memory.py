@@ -66,3 +66,26 @@ def test_reads_decode_what_was_stored() -> None:
     again = index.get("llmslorequirements", "bench", obj["metadata"]["name"])
     assert again is not None
     assert again["spec"]["priority"] == obj["spec"]["priority"]
+
+
+def test_cached_renders_are_counted_in_the_estimate() -> None:
+    kinds = build_kinds(Settings(slo_api_token="unit-write-token"))
+    index = Service.index_for(kinds)
+    service = Service(None, kinds, index)  # type: ignore[arg-type]  # no API server needed
+    index.replace("llmslorequirements", [served(i) for i in range(CRS)])
+    before = index.estimated_bytes()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for route in index.routes():
+            service.line("summary", route)
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    grown = index.estimated_bytes() - before
+    # About 80% of the encoded bytes for small CRs: the sizing formula rests on this metric.
+    assert abs(grown - held) < held / 4, (grown, held)
+    # Dropped renders stop counting.
+    index.replace("llmslorequirements", [])
+    assert index.estimated_bytes() == 0

@@ -35,3 +35,33 @@ async def test_stop_finishes_when_a_watch_loop_loses_a_cancellation() -> None:
     assert all(task.done() for task in tasks)
     assert kube.closed
     assert runtime.shutting_down
+
+
+async def test_a_kind_watch_that_fails_is_counted_and_started_again() -> None:
+    kube = FakeKube()
+    token = "unit-write-token"
+    metrics = Metrics()
+    runtime = Runtime(Settings(slo_api_token=token), kube, metrics, TokenStore(token))  # type: ignore[arg-type]
+    runs = 0
+    again = asyncio.Event()
+
+    async def fails_once() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise RuntimeError("a bug")
+        again.set()
+        await asyncio.Event().wait()
+
+    runtime.informers[0].run = fails_once  # type: ignore[method-assign]
+    runtime.start()
+    try:
+        await asyncio.wait_for(again.wait(), timeout=10)  # after a backoff under 2 s
+        assert all(not task.done() for task in runtime._tasks)
+        kind = runtime.informers[0].kind.name
+        failures = metrics.registry.get_sample_value(
+            "slo_api_watch_task_failures_total", {"kind": kind, "task": "kind"}
+        )
+        assert failures == 1
+    finally:
+        await runtime.stop()

@@ -88,7 +88,52 @@ def test_watch_prints_changes_and_resumes_after_a_dropped_connection(
     assert "resuming" in err
 
 
-def test_watch_starts_over_when_its_place_expired_and_prints_a_table(
+def test_watch_starts_over_when_its_place_expired_and_prints_what_changed_meanwhile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chat, batch = SUMMARIES[0], SUMMARIES[1]
+    answers = [
+        httpx.Response(
+            200,
+            stream=Broken(
+                [
+                    event("ADDED", chat, "a.1"),
+                    event("ADDED", batch, "a.1"),
+                    {"type": "BOOKMARK", "initial": True, "revision": "a.1"},
+                ]
+            ),
+        ),
+        error(410, "expired", "revision 'a.1' is not from this server process"),
+        # The whole state again: batch went away and chat changed while we were away.
+        httpx.Response(
+            200,
+            stream=Broken(
+                [
+                    event("ADDED", {**chat, "priority": 3}, "b.1"),
+                    {"type": "BOOKMARK", "initial": True, "revision": "b.1"},
+                ]
+            ),
+        ),
+        error(403, "forbidden", "no"),
+    ]
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        route = api.get("/config").mock(side_effect=answers)
+        code, out, err = run(capsys, "watch", "-o", "json")
+    assert code == 5
+    assert "since" not in route.calls[2].request.url.params
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [(e["type"], e.get("route")) for e in printed] == [
+        ("ADDED", "chat-7b"),
+        ("ADDED", "batch-render"),
+        ("RESYNC", None),
+        ("DELETED", "batch-render"),
+        ("MODIFIED", "chat-7b"),
+    ]
+    assert printed[-1]["object"]["priority"] == 3
+    assert "starting over" in err
+
+
+def test_watch_prints_a_table_and_follows_the_servers_error_lines(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     chat = SUMMARIES[0]
@@ -99,20 +144,30 @@ def test_watch_starts_over_when_its_place_expired_and_prints_a_table(
                 [
                     event("ADDED", chat, "a.1"),
                     {"type": "BOOKMARK", "initial": True, "revision": "a.1"},
-                ]
+                    # What may be listed changed: watch again from the whole state.
+                    {"type": "ERROR", "error": {"code": "expired", "message": "changed"}},
+                ],
+                True,
             ),
         ),
-        error(410, "expired", "revision 'a.1' is not from this server process"),
-        httpx.Response(200, stream=Broken([event("ADDED", chat, "b.1")])),
-        error(403, "forbidden", "no"),
+        httpx.Response(
+            200,
+            stream=Broken(
+                [
+                    event("ADDED", chat, "b.1"),
+                    {"type": "BOOKMARK", "initial": True, "revision": "b.1"},
+                    {"type": "ERROR", "error": {"code": "forbidden", "message": "no access"}},
+                ],
+                True,
+            ),
+        ),
     ]
     with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
         route = api.get("/config").mock(side_effect=answers)
         code, out, err = run(capsys, "watch")
     assert code == 5
-    assert "since" not in route.calls[2].request.url.params
+    assert "since" not in route.calls[1].request.url.params
     lines = out.splitlines()
-    assert len(lines) == 2
     assert lines[0].split() == [
         "ADDED",
         "chat-7b",
@@ -121,7 +176,9 @@ def test_watch_starts_over_when_its_place_expired_and_prints_a_table(
         "min=replica:1",
         "max=replica:4",
     ]
-    assert "starting over" in err
+    assert lines[1].split()[0] == "RESYNC"
+    assert len(lines) == 2  # chat did not change: nothing more to print
+    assert "no access" in err
 
 
 def test_watch_that_cannot_start_exits_with_the_servers_error(

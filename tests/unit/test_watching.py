@@ -29,8 +29,9 @@ from slo_api.kinds.job import JobKind
 from slo_api.kinds.llm import LLMKind
 from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
+from slo_api.recovery import Backoff
 from slo_api.service import Service
-from slo_api.watching import Backoff, Informer
+from slo_api.watching import Informer
 
 Obj = dict[str, Any]
 GROUP = "inference.modelsphere.dev"
@@ -110,6 +111,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     monkeypatch.setattr(
         watching, "random", SimpleNamespace(random=lambda: 0.0, randint=random.randint)
     )
+    monkeypatch.setattr("slo_api.recovery.random", SimpleNamespace(random=lambda: 0.0))
     return fake
 
 
@@ -167,6 +169,7 @@ class FakeKube(Kube):
         initial_events: bool = False,
         namespace: str | None = None,
         label_selector: str = "",
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Obj, None]:
         if initial_events:
             self.stream_calls += 1
@@ -183,8 +186,14 @@ class FakeKube(Kube):
         self.watch_kwargs.append({"timeout_seconds": timeout_seconds, "read_timeout": read_timeout})
         self.scopes.append(("watch", namespace, label_selector))
         if not self.watches:
+            if on_open is not None:
+                on_open()  # an open watch with nothing to say
             await self._hang()
-        for step in self.watches.pop(0):
+        script = self.watches.pop(0)
+        # Accepted (a 200) unless the script starts with an error: refused or not answered.
+        if on_open is not None and not (script and isinstance(script[0], BaseException)):
+            on_open()
+        for step in script:
             if isinstance(step, BaseException):
                 raise step
             if isinstance(step, int | float):
@@ -253,33 +262,34 @@ def kube(clock: Clock) -> FakeKube:
 # -- backoff -------------------------------------------------------------------------------
 
 
-def test_backoff_doubles_from_0_8_s_and_is_capped_at_30_s(clock: Clock) -> None:
+def test_backoff_doubles_from_0_8_s_and_never_sleeps_30_s_or_more(clock: Clock) -> None:
     backoff = Backoff()
     delays = [backoff.next() for _ in range(9)]
-    assert delays == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30, 30, 30])
+    # The step stops at half the cap: with the jitter (up to twice the step), sleeps stay
+    # under 30 s, and spread.
+    assert delays == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8, 15, 15, 15, 15])
 
 
-def test_backoff_is_jittered_within_one_to_two_times_the_step(
+def test_backoff_is_jittered_within_one_to_two_times_the_step_and_capped_at_30_s(
     clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watching, "random", random.Random(7))
-    steps = [0.8, 1.6, 3.2, 6.4, 12.8, 25.6] + [30.0] * 20
+    monkeypatch.setattr("slo_api.recovery.random", random.Random(7))
+    steps = [0.8, 1.6, 3.2, 6.4, 12.8] + [15.0] * 200
     backoff = Backoff()
     observed = [backoff.next() for _ in steps]
     for step, delay in zip(steps, observed, strict=True):
         assert step <= delay < 2 * step
-    capped = observed[6:]
+    capped = observed[5:]
     assert len(set(capped)) == len(capped), "sleeps at the cap should still be spread"
-    assert max(observed) < 60
+    assert max(observed) < 30  # the cap is 30 s, jitter included
+    assert max(observed) > 25
 
 
-def test_backoff_resets_after_a_healthy_period(clock: Clock) -> None:
+def test_backoff_starts_over_when_reset(clock: Clock) -> None:
     backoff = Backoff()
     for _ in range(5):
         backoff.next()
-        clock.now += 10
-    assert backoff.next() == pytest.approx(25.6)  # 10 s apart: still failing
-    clock.now += watching.HEALTHY_RESET_SECONDS + 1
+    backoff.reset()
     assert backoff.next() == pytest.approx(0.8)
     assert backoff.next() == pytest.approx(1.6)
 
@@ -368,6 +378,99 @@ async def test_the_backoff_starts_over_after_a_healthy_watch(clock: Clock, kube:
     assert clock.sleeps == pytest.approx([0.8, 1.6, 0.8])
 
 
+# -- the backoff starts over whenever the API server answers ------------------------------
+
+REFUSED: Step = KubeUnavailable(0, "Unavailable", "cannot reach the API server")
+
+
+async def test_a_410_after_an_outage_relists_at_once_whatever_the_backoff_grew_to(
+    clock: Clock, kube: FakeKube
+) -> None:
+    kube.pages = [page([cr("a", 3)], "10"), page([cr("b", 25)], "30")]
+    # Refused four times (an API server restarting), then back with a fresh watch cache.
+    kube.watches = [[REFUSED]] * 4 + [[status(410, "Expired")]]
+    loop = make_loop(kube)
+    await run_until_idle(loop, kube)
+
+    assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2, 6.4])  # no fifth sleep
+    assert kube.list_calls == [None, None]
+    assert loop.names() == ["b"]
+
+
+async def test_a_second_410_straight_after_the_relist_backs_off(
+    clock: Clock, kube: FakeKube
+) -> None:
+    kube.pages = [page([], "10"), page([], "20"), page([], "30")]
+    kube.watches = [[status(410, "Expired")], [status(410, "Expired")]]
+    loop = make_loop(kube)
+    await run_until_idle(loop, kube)
+
+    # The first relists at once; a server that keeps answering 410 gets no hot loop.
+    assert clock.sleeps == pytest.approx([0.8])
+    assert kube.list_calls == [None, None, None]
+
+
+async def test_a_watch_that_opened_and_lived_resets_the_backoff(
+    clock: Clock, kube: FakeKube
+) -> None:
+    kube.pages = [page([cr("a", 3)], "10")]
+    kube.watches = [
+        [REFUSED],
+        [REFUSED],
+        [REFUSED],
+        [event("ADDED", cr("b", 11)), 30.0, REFUSED],  # open for 30 s, then lost
+        [REFUSED],
+    ]
+    loop = make_loop(kube)
+    await run_until_idle(loop, kube)
+
+    # Not 6.4: the watch that opened was an answer, whatever the time since the failures.
+    assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2, 0.8])
+
+
+async def test_a_list_resets_the_backoff(clock: Clock, kube: FakeKube) -> None:
+    failed: list[Obj | BaseException] = [status(500, "InternalError")] * 3
+    kube.pages = [*failed, page([], "10"), page([], "20")]
+    kube.watches = [[status(500, "InternalError")]]
+    loop = make_loop(kube)
+    await run_until_idle(loop, kube)
+
+    assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2, 0.8])
+
+
+async def test_a_watch_start_that_times_out_backs_off(clock: Clock, kube: FakeKube) -> None:
+    not_accepted = KubeTimeout(0, "Timeout", "the watch was not accepted in time")
+    kube.pages = [page([], "10")]
+    kube.watches = [[not_accepted], [not_accepted], [not_accepted]]
+    loop = make_loop(kube)
+    await run_until_idle(loop, kube)
+
+    assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2])
+    assert kube.watch_calls == ["10"] * 4
+    assert loop.restarts("timeout") == 3
+    assert loop.restarts("inactive") == 0
+
+
+async def test_an_informer_is_current_until_a_failure(
+    clock: Clock, kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.pages = [page([], "10")]
+    kube.watches = [[event("ADDED", cr("a", 11)), 30.0, REFUSED], [REFUSED]]
+    loop = make_loop(kube)
+    seen: list[bool] = []
+    sleep = clock.sleep
+
+    async def record(seconds: float) -> None:
+        seen.append(loop.informer.current)
+        await sleep(seconds)
+
+    monkeypatch.setattr("slo_api.watching.asyncio.sleep", record)  # the clock's namespace
+    assert not loop.informer.current
+    await run_until_idle(loop, kube)
+    assert seen == [False]  # not current while it backs off
+    assert loop.informer.current  # the watch open now
+
+
 # -- errors --------------------------------------------------------------------------------
 
 
@@ -411,7 +514,7 @@ async def test_410_on_the_watch_relists_and_replaces_only_this_kind(
 
     assert kube.list_calls == [None, None]
     assert kube.watch_calls == ["10", "30"]
-    assert clock.sleeps == pytest.approx([0.8])  # relist after a backoff
+    assert clock.sleeps == []  # the API server answered: relist at once
     assert loop.names() == ["b"]  # a and c vanished while the watch could not resume
     assert loop.index.routes("llm") == ["b2"]
     assert loop.names("jobslorequirements") == ["job"]  # the other kind is untouched
@@ -566,12 +669,14 @@ class FakeApiServer:
         self.streams_lists = False
         self.refused_streams = 0
         self.stopping = asyncio.Event()
+        self.readyz: list[int] = []  # the answers to GET /readyz, in turn
         self.url = ""
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> FakeApiServer:
         app = web.Application()
         app.router.add_get("/apis/{group}/{version}/{plural}", self._handle)
+        app.router.add_get("/readyz", self._readyz)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -584,6 +689,10 @@ class FakeApiServer:
         self.stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _readyz(self, request: web.Request) -> web.StreamResponse:
+        code = self.readyz.pop(0)
+        return web.Response(status=code, text="ok" if code == 200 else "[-]etcd failed")
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("sendInitialEvents") == "true" and not self.streams_lists:
@@ -760,6 +869,42 @@ async def test_events_are_read_whatever_the_chunking_and_size(
     assert events[1]["object"]["spec"]["note"] == big["spec"]["note"]
 
 
+async def test_the_probe_says_whether_the_api_server_answers(
+    server: FakeApiServer, real_kube: Kube
+) -> None:
+    server.readyz = [200, 500, 403]
+    assert await real_kube.ready()
+    assert not await real_kube.ready()  # up, not ready: the loops keep waiting
+    assert await real_kube.ready()  # refused: a server that is down cannot refuse
+    await server.stop()
+    assert not await real_kube.ready()  # nobody there
+
+
+async def test_a_watch_says_when_it_is_accepted(server: FakeApiServer, real_kube: Kube) -> None:
+    server.stream([line(bookmark(6))], then="close")
+    server.json({"kind": "Status", "code": 500, "reason": "InternalError"}, status=500)
+    opened: list[str] = []
+    events = real_kube.watch(
+        LLM_RES,
+        resource_version="5",
+        timeout_seconds=300,
+        read_timeout=2,
+        on_open=lambda: opened.append("open"),
+    )
+    assert [e["type"] async for e in events] == ["BOOKMARK"]
+    assert opened == ["open"]
+    with pytest.raises(KubeError):
+        async for _ in real_kube.watch(
+            LLM_RES,
+            resource_version="5",
+            timeout_seconds=300,
+            read_timeout=2,
+            on_open=lambda: opened.append("refused"),
+        ):
+            pass
+    assert opened == ["open"]
+
+
 # -- lists streamed through the watch (sendInitialEvents) -----------------------------------
 
 
@@ -871,6 +1016,42 @@ async def test_a_missing_crd_found_by_a_streamed_list_is_indexed_as_empty(clock:
     assert loop.names() == []
     assert kube.list_calls == []
     task.cancel()
+
+
+async def test_a_streamed_list_applies_every_event_before_its_end(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.initial = [
+        [
+            event("ADDED", cr("a", 5)),
+            event("ADDED", cr("b", 6)),
+            event("MODIFIED", cr("a", 7, route="moved")),
+            event("DELETED", cr("b", 8)),
+            event("ADDED", cr("c", 9)),
+            initial_end(9),
+        ]
+    ]
+    loop = make_loop(kube)
+    loop.index.upsert("llmslorequirements", cr("b", 1), GROUP)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    task.cancel()
+    assert loop.names() == ["a", "c"]  # no ghost of b
+    assert loop.index.routes() == ["c", "moved"]  # not a's first version
+    assert kube.watch_calls == ["9"]
+
+
+async def test_a_refused_stream_is_tried_again_later(clock: Clock) -> None:
+    kube = FakeKube(clock)
+    kube.pages = [page([cr("a", 5)], "9"), page([cr("a", 5)], "12")]
+    kube.watches = [[status(500, "InternalError")], [700.0, status(500, "InternalError")]]
+    loop = make_loop(kube)
+    task = asyncio.create_task(loop.informer.run())
+    await kube.idle.wait()
+    task.cancel()
+    # Refused once: the relist soon after pages; one 10 minutes later tries a stream again
+    # (refused again here, so it pages once more).
+    assert kube.stream_calls == 2
+    assert kube.list_calls == [None, None, None]
 
 
 async def test_a_list_is_streamed_through_the_real_client(

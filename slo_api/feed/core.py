@@ -1,0 +1,316 @@
+"""The change feed behind `GET /config?watch=true`: streams opened, served and ended.
+
+The pieces, each with one job: `history` (what was published, what is kept for resuming),
+`registry` (the open streams, their caps and access), `flusher` (when streams wake and the
+shared bytes they get) and `framing` (NDJSON and SSE, shared with the HTTP layer).
+
+Nothing a stream's client does (reading slowly, not at all) blocks the watch loops or
+another stream: a stream costs its history nothing until the history is over its byte bound,
+and a stream that has not written what must then be dropped is ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from slo_api.feed import framing
+from slo_api.feed.flusher import WRITE_BYTES, Flusher
+from slo_api.feed.history import BLOCK, VIEWS, Allowed, ChangeLog, Expired, History, shown
+from slo_api.feed.registry import Registry, Stream, StreamAccess
+from slo_api.metrics import Metrics
+from slo_api.service import Service
+
+log = logging.getLogger("slo_api.feed")
+
+FLUSH_SECONDS = 0.1
+# A resume from another replica that is ahead of this one's informers waits this long at
+# most for them to catch up (it then goes on: what they bring later follows anyway).
+RESUME_WAIT_SECONDS = 3.0
+# After SIGTERM, how long a stream may take to write what it has before it is cut: a client
+# that stopped reading must not hold the process past its grace period.
+STOP_WRITE_SECONDS = 2.0
+
+Write = Callable[[bytes], Awaitable[None]]
+
+
+class Closing(Exception):
+    """The process is shutting down: no new streams."""
+
+
+class Feed:
+    def __init__(
+        self,
+        service: Service,
+        metrics: Metrics,
+        *,
+        history_bytes: int,
+        max_streams: int,
+        streams_per_identity: int,
+        bookmark_seconds: float,
+        access_seconds: float = 10.0,
+        flush_seconds: float = FLUSH_SECONDS,
+    ) -> None:
+        self.service = service
+        self.index = service.index
+        self.metrics = metrics
+        self.log = ChangeLog(service, history_bytes)
+        # Trimmed before the flusher hears of the changes: a stream left behind is ended first.
+        self.log.listeners.append(self._trim)
+        self.flusher = Flusher(self.log, flush_seconds)
+        self.registry = Registry(max_streams, streams_per_identity)
+        self.bookmark_seconds = bookmark_seconds
+        self.access_seconds = access_seconds
+        self.closing = False
+        # The summary view (what programs follow) from the start, so a stream moved here from
+        # another replica finds the history it resumes in; the full view from its first
+        # stream (rendering every route's full item costs CPU and memory nobody may need).
+        self.log.history("summary", None)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._force: asyncio.TimerHandle | None = None
+
+    @property
+    def streams(self) -> set[Stream]:
+        return self.registry.streams
+
+    def revision(self, seq: int) -> str:
+        return self.log.revision(seq)
+
+    @property
+    def head(self) -> int:
+        return self.log.seq
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(
+                self._every(self.bookmark_seconds, self._bookmarks), name="feed-bookmarks"
+            ),
+            asyncio.create_task(
+                self._every(self.access_seconds, self._recheck), name="feed-access"
+            ),
+        ]
+
+    async def _every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await job()
+            except Exception:
+                # Supervised: a bug in one round must not end bookmarks or re-checks for good.
+                log.exception("change feed housekeeping failed")
+
+    async def _bookmarks(self) -> None:
+        self.flusher.tick()
+
+    async def _recheck(self) -> None:
+        for stream, code, message in await self.registry.recheck():
+            self.end(stream, code, message)
+
+    def close_all(self) -> None:
+        """End every stream (after what it is writing); refuse new ones. A stream still
+        writing `STOP_WRITE_SECONDS` later (its client stopped reading) is cut."""
+        if self.closing:
+            return
+        self.closing = True
+        self.flusher.wake_all()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._force = loop.call_later(STOP_WRITE_SECONDS, self._cut_all)
+
+    def _cut_all(self) -> None:
+        for stream in list(self.registry.streams):
+            self._cancel(stream)
+
+    async def stop(self) -> None:
+        self.close_all()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def open(
+        self,
+        view: str,
+        kind: str | None,
+        since: str | None = None,
+        *,
+        sse: bool = False,
+        access: StreamAccess | None = None,
+        allowed: Allowed | None = None,
+    ) -> Stream:
+        """Register a stream; raises Closing, TooManyStreams or Expired."""
+        if self.closing:
+            raise Closing("the server is shutting down")
+        if view not in VIEWS:
+            raise ValueError(f"unknown view {view!r}")
+        if since is not None and (view, kind) not in self.log.histories:
+            # Nobody here watched this kind alone: resume in the view's history, filtered.
+            history = self.log.history(view, None)
+        else:
+            history = self.log.history(view, kind)
+        cursor = self.log.seq if since is None else self.log.parse(since, history)
+        stream = Stream(history, kind, sse, cursor, access, allowed, initial=since is None)
+        stream.bookmarks = self.flusher.round
+        self.registry.add(stream)
+        self.metrics.watchers.set(len(self.registry))
+        return stream
+
+    async def settle(self, since: str) -> None:
+        """Before resuming from another replica's revision: give this one's informers a
+        moment to reach the versions it names."""
+        try:
+            versions = self.log.versions(since)
+        except Expired:
+            return  # open() says so
+        if not versions:
+            return
+        positions = self.index.positions
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESUME_WAIT_SECONDS
+        while any(positions.get(s, -1) < v for s, v in versions.items()):
+            if loop.time() > deadline:
+                log.info("resuming a change stream before this replica caught up with it")
+                return
+            await asyncio.sleep(0.05)
+
+    def close(self, stream: Stream) -> None:
+        self.registry.discard(stream)
+        self.metrics.watchers.set(len(self.registry))
+
+    def end(self, stream: Stream, code: str, message: str) -> None:
+        """End a stream from outside it, with an ERROR line (its writer may be stuck)."""
+        if stream.ended is not None:
+            return
+        stream.ended = (code, message)
+        self.metrics.watchers_dropped.labels(code).inc()
+        self._cancel(stream)
+
+    def gone(self, stream: Stream) -> None:
+        """The client went away."""
+        stream.gone = True
+        self._cancel(stream)
+
+    def _cancel(self, stream: Stream) -> None:
+        # Only while it is in serve(): its last write has a timeout of its own.
+        if stream.serving and not stream.cancelled and stream.task is not None:
+            stream.cancelled = True
+            stream.task.cancel()
+
+    def _trim(self, histories: list[History]) -> None:
+        for history in histories:
+            before = history.floor
+            floor = history.trim()
+            if floor == before:
+                continue
+            for stream in self.registry.on(history):
+                if stream.cursor < floor:
+                    self.end(
+                        stream,
+                        "too_slow",
+                        "the stream fell further behind than the history keeps; "
+                        "watch again without since",
+                    )
+
+    async def serve(self, stream: Stream, write: Write) -> None:
+        """Write the stream's events until it is ended or the feed closes.
+
+        `Feed.end` cancels the task running this (the caller catches that cancellation when
+        `stream.cancelled` says it was the feed's).
+        """
+        stream.task = asyncio.current_task()
+        stream.serving = True
+        try:
+            if stream.sse:
+                await write(framing.preamble(True))
+            if stream.initial:
+                await self._initial(stream, write)
+            await self._follow(stream, write)
+        finally:
+            stream.serving = False
+
+    async def _follow(self, stream: Stream, write: Write) -> None:
+        flusher, changelog = self.flusher, self.log
+        while stream.ended is None and not self.closing:
+            if stream.cursor < changelog.seq:
+                chunk, count, upto = flusher.batch(stream)
+                stream.cursor = upto
+                if count:
+                    await write(chunk)
+                    self.metrics.stream_events.inc(count)
+                stream.written = upto
+            elif stream.bookmarks != flusher.round:
+                stream.bookmarks = flusher.round
+                await write(framing.bookmark(changelog.revision(stream.cursor), stream.sse))
+                self.metrics.stream_events.inc()
+            else:
+                await flusher.wait(stream.history)
+
+    async def _initial(self, stream: Stream, write: Write) -> None:
+        # The snapshot's place and its route list are taken in one go (no await between).
+        # Items are read as the writes go: one that changes meanwhile is sent as it is then,
+        # and its change follows the initial bookmark too (whole items: the client converges).
+        changelog = self.log
+        at = stream.cursor = changelog.seq
+        # What was published at `at` (the index may be ahead: its changes follow as events).
+        last = changelog.published(stream.view)
+        routes = list(self.index.routes(stream.kind))
+        if changelog.pending:
+            routes = [route for route in routes if route in last]
+        view, kind, sse, allowed = stream.view, stream.kind, stream.sse, stream.allowed
+        if allowed is None:
+            # Sees every route: a join of cached blocks, shared with every such stream.
+            count = 0
+            for start in range(0, len(routes), BLOCK):
+                data, n = changelog.block(view, sse, routes[start : start + BLOCK])
+                if n:
+                    await write(data)
+                    count += n
+            await write(framing.bookmark(changelog.revision(at), sse, initial=True))
+            self.metrics.stream_events.inc(count + 1)
+            stream.initial = False
+            stream.written = at
+            return
+        frame, owners = changelog.initial_frame, changelog.owners
+        chunk: list[bytes] = []
+        size = count = 0
+        for route in routes:
+            if not shown(owners(route), kind, allowed):
+                continue
+            encoded = frame(view, route, sse)
+            if encoded is None:
+                continue  # gone since the snapshot: its DELETED follows
+            chunk.append(encoded)
+            size += len(encoded)
+            if size >= WRITE_BYTES:
+                count += len(chunk)
+                await write(b"".join(chunk))
+                chunk, size = [], 0
+        chunk.append(framing.bookmark(changelog.revision(at), sse, initial=True))
+        count += len(chunk)
+        await write(b"".join(chunk))
+        self.metrics.stream_events.inc(count)
+        stream.initial = False
+        stream.written = at
+
+    def tail(self, stream: Stream) -> bytes:
+        """The stream's last bytes: its ERROR line, or a bookmark of where it got to."""
+        written = None if stream.written is None else self.log.revision(stream.written)
+        if stream.ended is not None:
+            code, message = stream.ended
+            return framing.error(code, message, written, stream.sse)
+        if written is None:
+            return b""
+        return framing.bookmark(written, stream.sse)
+
+
+__all__ = ["Closing", "Expired", "Feed", "Stream", "StreamAccess"]

@@ -1,0 +1,517 @@
+"""The change log: what was published, and the history streams read and resume from.
+
+The index tells the log which routes a change touched; the log renders those routes' /config
+items in each view someone watches, compares them with what it last published, and records
+the real differences, each with the next sequence number.
+
+Retention is per (view, kind) someone watches, so one view's or kind's churn never expires
+another's positions, and bounded in bytes. An entry is dropped only when its history is over
+its byte bound; a live stream that had not yet written it is then ended (it fell further
+behind than the bound), never one that had.
+
+A revision names a point in the cluster's history: the resourceVersion each informer (kind,
+API group, and namespace when namespaces are scoped) had reached, with this process's epoch
+and sequence beside it, base64 of a small binary encoding. This process resumes from its own
+sequence exactly. Another replica (or this one after a restart) resumes from the versions:
+it replays every change it recorded from a version the revision had not reached (the same
+change may come twice: events carry whole items, so the client converges), and answers 410
+when its history does not reach back that far, which after a restart it never does for a
+kind that changed meanwhile: it only knows the cluster from its first list on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import hashlib
+import itertools
+import secrets
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from slo_api.feed import framing
+from slo_api.index import Source
+from slo_api.service import Service
+
+VIEWS = ("summary", "full")
+
+Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
+Allowed = frozenset[tuple[str, str]]  # (kind name, namespace) pairs a caller may list
+Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
+NOWHERE: Source = ("", "", "")
+# Routes per cached block of an initial state: a new stream's initial state is a join of
+# blocks, each rebuilt only when one of its routes changes.
+BLOCK = 1024
+CHUNK = 500  # routes compared per turn of the event loop
+Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
+# Measured bytes a history entry costs beside its item (the Change, its owners, its list
+# slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
+# framed copy of it (what streams of one format make of it).
+ENTRY_OVERHEAD = 250
+
+
+def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
+    """The visibility rule of a route, for /config and its stream alike: claimed by a CR of
+    the kind asked for (any kind without one), and by at least one CR the caller may list
+    (of any kind: an ambiguous route is listed as such to whoever may see one of its CRs)."""
+    if not owners:
+        return False
+    if kind is not None and all(k != kind for k, _ in owners):
+        return False
+    return allowed is None or any(owner in allowed for owner in owners)
+
+
+class Expired(Exception):
+    """A revision this process cannot resume from."""
+
+
+@dataclass(slots=True, eq=False)
+class Change:
+    """One route's /config item changing in one view."""
+
+    seq: int
+    route: str
+    before: bytes | None
+    after: bytes | None
+    owners_before: Owners
+    owners_after: Owners
+    # What caused it: the informer and resourceVersion (a relist's: the list's version).
+    source: Source = NOWHERE
+    rv: int = 0
+    frames: dict[tuple[str, bool], bytes] = field(default_factory=dict)
+
+    def frame(self, type_: str, sse: bool, revision: Callable[[int], bytes]) -> bytes:
+        key = (type_, sse)
+        encoded = self.frames.get(key)
+        if encoded is None:
+            item = self.before if type_ == "DELETED" else self.after
+            assert item is not None
+            position = revision(self.seq)
+            encoded = self.frames[key] = framing.frame(
+                framing.change_line(type_, self.route, item, position), position, sse
+            )
+        return encoded
+
+    def event(
+        self, kind: str | None, allowed: Allowed | None, sse: bool, revision: Callable[[int], bytes]
+    ) -> bytes | None:
+        was = shown(self.owners_before, kind, allowed)
+        now = shown(self.owners_after, kind, allowed)
+        if now:
+            return self.frame("MODIFIED" if was else "ADDED", sse, revision)
+        if was:
+            return self.frame("DELETED", sse, revision)
+        return None
+
+    @property
+    def size(self) -> int:
+        item = self.after if self.after is not None else self.before or b""
+        return ENTRY_OVERHEAD + 2 * len(item)
+
+
+class History:
+    """The changes of one (view, kind), oldest first, at most `budget` bytes of them."""
+
+    def __init__(self, view: str, kind: str | None, floor: int, budget: int) -> None:
+        self.view = view
+        self.kind = kind
+        self.budget = budget
+        self.changes: list[Change] = []
+        self._seqs: list[int] = []
+        self._start = 0  # changes[:_start] are dropped (removed in bulk, so trimming is O(1))
+        self.bytes = 0
+        # A cursor at or after the floor can resume: nothing after it was dropped.
+        self.floor = floor
+        # The same in versions, per informer: what a revision from elsewhere must have reached.
+        self.floor_rv: dict[Source, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.changes) - self._start
+
+    def live(self) -> list[Change]:
+        return self.changes[self._start :]
+
+    def append(self, change: Change) -> None:
+        self.changes.append(change)
+        self._seqs.append(change.seq)
+        self.bytes += change.size
+
+    def trim(self) -> int:
+        """Drop the oldest entries while over budget; returns the floor: a stream whose
+        cursor is below it has lost an entry it needed."""
+        changes, start = self.changes, self._start
+        while self.bytes > self.budget and start < len(changes):
+            change = changes[start]
+            start += 1
+            self.bytes -= change.size
+            self.floor = change.seq
+            if change.rv > self.floor_rv.get(change.source, 0):
+                self.floor_rv[change.source] = change.rv
+        if start > 1024 and start > len(changes) // 2:
+            del changes[:start]
+            del self._seqs[:start]
+            start = 0
+        self._start = start
+        return self.floor
+
+    def after(self, cursor: int, limit: int) -> tuple[list[Change], int, bool]:
+        """Entries after `cursor`, about `limit` bytes of them, the sequence read to, and
+        whether that was all there is."""
+        at = max(bisect.bisect_right(self._seqs, cursor), self._start)
+        out: list[Change] = []
+        taken = 0
+        changes = self.changes
+        for i in range(at, len(changes)):
+            change = changes[i]
+            out.append(change)
+            taken += change.size
+            if taken >= limit:
+                return out, change.seq, i == len(changes) - 1
+        return out, cursor, True
+
+
+class ChangeLog:
+    def __init__(self, service: Service, budget: int) -> None:
+        self.service = service
+        self.index = service.index
+        self.budget = budget
+        self._epoch = secrets.token_bytes(4)
+        self.seq = 0
+        # One per publication: (its last sequence, the informers' versions after it, its cause).
+        self._marks: list[tuple[int, Vector, Vector, frozenset[int]]] = []
+        # Routes touched and not yet compared, with what touched them (in order).
+        self._pending: dict[str, tuple[Source, int]] = {}
+        self._pending_count: Counter[Source] = Counter()
+        self._pending_floor: dict[Source, int] = {}
+        self._scheduled = False
+        self._mark_seqs: list[int] = []
+        self._dropped_upto = -1  # the last sequence of the newest mark dropped
+        self.histories: dict[tuple[str, str | None], History] = {}
+        # What was last published, per view anyone has watched: route -> /config item.
+        self._last: dict[str, dict[str, bytes]] = {}
+        self._owners: dict[str, Owners] = {}
+        # Each route's initial-state frame (an ADDED without a position), by view and format,
+        # kept until the route next changes: an initial state is a join of these.
+        self._initial: dict[tuple[str, bool], dict[str, bytes]] = {}
+        # The same joined by blocks of consecutive routes, for streams that see every route;
+        # and which block each route is in, to drop it when the route changes.
+        self._blocks: dict[tuple[str, bool], dict[tuple[str, str, int], Block]] = {}
+        self._block_of: dict[tuple[str, bool], dict[str, tuple[str, str, int]]] = {}
+        self.listeners: list[Callable[[list[History]], None]] = []
+        self.index.subscribe(self._changed)
+
+    # -- revisions -------------------------------------------------------------------------
+
+    def vector(self, seq: int) -> Vector:
+        """Where the informers were once the changes up to `seq`, and no later one, were
+        published: a change published before others of its view in the same go stands one
+        version before their cause (a stream cut there has not written the others)."""
+        if seq >= self.seq:
+            return self._positions()
+        if seq <= self._dropped_upto:
+            # Older than every history (a stream stuck that long): nothing is known of it,
+            # so it names nothing another replica could resume from.
+            return tuple((s, 0) for s, _ in self._positions())
+        at = bisect.bisect_left(self._mark_seqs, seq)
+        if at == len(self._marks):
+            return self._positions()
+        _, after, inside, lasts = self._marks[at]
+        return after if seq in lasts else inside
+
+    def revision(self, seq: int) -> str:
+        vector = self.vector(seq)
+        payload = bytearray(self._epoch)
+        _varint(payload, seq)
+        payload += _digest(s for s, _ in vector)
+        for _, value in vector:
+            _varint(payload, value)
+        return base64.urlsafe_b64encode(bytes(payload)).rstrip(b"=").decode()
+
+    def position(self, seq: int) -> bytes:
+        return self.revision(seq).encode()
+
+    def _decode(self, revision: str) -> tuple[bytes, int, bytes, list[int]]:
+        try:
+            text = revision.strip()
+            payload = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            epoch, at = payload[:4], 4
+            seq, at = _unvarint(payload, at)
+            digest, at = payload[at : at + 4], at + 4
+            values = []
+            while at < len(payload):
+                value, at = _unvarint(payload, at)
+                values.append(value)
+        except (ValueError, IndexError):
+            raise Expired(f"revision {revision!r} is not one this server gave out") from None
+        if len(epoch) != 4 or len(digest) != 4:
+            raise Expired(f"revision {revision!r} is not one this server gave out")
+        return epoch, seq, digest, values
+
+    def sequence(self, revision: str) -> int:
+        """The sequence in the process that gave the revision out."""
+        return self._decode(revision)[1]
+
+    def versions(self, revision: str) -> dict[Source, int] | None:
+        """The informers' versions a revision from another process names; None for one of
+        this process's own."""
+        epoch, _, digest, values = self._decode(revision)
+        if epoch == self._epoch:
+            return None
+        mine = sorted(self.index.positions)
+        if digest != _digest(mine) or len(values) != len(mine):
+            raise Expired(f"revision {revision!r} is from a server that follows other resources")
+        return dict(zip(mine, values, strict=True))
+
+    def parse(self, revision: str, history: History) -> int:
+        """The sequence a resume in `history` may start after, or Expired."""
+        versions = self.versions(revision)
+        if versions is None:
+            seq = self.sequence(revision)
+            if seq > self.seq:
+                raise Expired(f"revision {revision!r} is not from this server process")
+            if seq < history.floor:
+                raise Expired(f"revision {revision!r} is older than the history kept")
+            return seq
+        first = self.index.first_positions
+        for source in versions:
+            # Nothing before an informer's first list is known here (a restart, a new replica).
+            floor = max(history.floor_rv.get(source, 0), first.get(source, 0))
+            if versions[source] < floor:
+                raise Expired(f"revision {revision!r} is older than the history kept")
+        for change in history.live():
+            if change.rv > versions.get(change.source, -1):
+                return change.seq - 1
+        return self.seq
+
+    # -- following -------------------------------------------------------------------------
+
+    def history(self, view: str, kind: str | None) -> History:
+        """The history of a (view, kind), kept from now on once a stream asks for it."""
+        found = self.histories.get((view, kind))
+        if found is None:
+            self._activate(view)
+            found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
+            found.floor_rv = dict(self.index.positions)
+            self._mark(frozenset(), {})
+        return found
+
+    def _activate(self, view: str) -> None:
+        """Start following a view: its current items become the published state."""
+        if view in self._last:
+            return
+        # What is still pending is recorded first: the new view starts from what the others
+        # have published (its items are read from the index, which is ahead of them).
+        while self._pending:
+            self._publish()
+        routes = self.index.routes()
+        if not self._last:
+            self._owners = {route: self._owners_of(route) for route in routes}
+        line = self.service.line
+        self._last[view] = {route: line(view, route) for route in routes}
+
+    def _owners_of(self, route: str) -> Owners:
+        kinds = self.service.kinds
+        # claimed_in, not claims: the index keeps CRs encoded, and only namespaces are needed.
+        return tuple((kinds[plural].name, ns) for plural, ns in self.index.claimed_in(route))
+
+    @property
+    def pending(self) -> bool:
+        """Whether the index is ahead of what was published (a relist being recorded)."""
+        return bool(self._pending)
+
+    def published(self, view: str) -> dict[str, bytes]:
+        return self._last[view]
+
+    def owners(self, route: str) -> Owners:
+        return self._owners.get(route, ())
+
+    def initial_frame(self, view: str, route: str, sse: bool) -> bytes | None:
+        frames = self._initial.get((view, sse))
+        if frames is None:
+            frames = self._initial[(view, sse)] = {}
+        encoded = frames.get(route)
+        if encoded is None:
+            item = self._last[view].get(route)
+            if item is None:
+                return None
+            encoded = frames[route] = framing.frame(
+                framing.change_line("ADDED", route, item, None), None, sse
+            )
+        return encoded
+
+    def block(self, view: str, sse: bool, routes: list[str]) -> tuple[bytes, int]:
+        """The ADDED frames of `routes` (consecutive in the sorted list), joined."""
+        key = (routes[0], routes[-1], len(routes))
+        blocks = self._blocks.setdefault((view, sse), {})
+        found = blocks.get(key)
+        if found is not None and found[0] == routes:
+            return found[1], found[2]
+        last = self._last[view]
+        frame, line = framing.frame, framing.change_line
+        frames = [
+            frame(line("ADDED", route, last[route], None), None, sse)
+            for route in routes
+            if route in last
+        ]
+        data = b"".join(frames)
+        blocks[key] = (routes, data, len(frames))
+        owner = self._block_of.setdefault((view, sse), {})
+        for route in routes:
+            old = owner.get(route)
+            if old is not None and old != key:
+                blocks.pop(old, None)  # routes moved along (some added or removed before)
+            owner[route] = key
+        return data, len(frames)
+
+    def _forget_frames(self, view: str, route: str) -> None:
+        for sse in (False, True):
+            frames = self._initial.get((view, sse))
+            if frames is not None:
+                frames.pop(route, None)
+            owner = self._block_of.get((view, sse))
+            key = owner.pop(route, None) if owner is not None else None
+            if key is not None:
+                self._blocks[(view, sse)].pop(key, None)
+
+    def _changed(self, routes: set[str]) -> None:
+        """The index listener: note the touched routes, and what touched them.
+
+        They are compared and recorded `CHUNK` at a time, one chunk per turn of the event
+        loop: a relist that touches every route does not stall the loop for all of them.
+        """
+        if not self._last:
+            return  # nobody has watched yet: nothing to compare or to tell
+        cause = self.index.cause or (NOWHERE, 0)
+        pending, count = self._pending, self._pending_count
+        for route in routes:
+            old = pending.pop(route, None)
+            if old is not None:
+                count[old[0]] -= 1
+            pending[route] = cause
+        count[cause[0]] += len(routes)
+        self._pending_floor.setdefault(cause[0], cause[1])
+        if not self._scheduled:
+            self._publish()
+
+    def _publish(self) -> None:
+        self._scheduled = False
+        pending = self._pending
+        chunk = list(itertools.islice(pending.items(), CHUNK))
+        for route, _ in chunk:
+            del pending[route]
+        self._record(sorted(chunk))
+        if pending:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # outside a loop (a test, a tool): all of it now
+                while pending:
+                    self._publish()
+                return
+            self._scheduled = True
+            loop.call_soon(self._publish)
+
+    def _record(self, chunk: list[tuple[str, tuple[Source, int]]]) -> None:
+        touched: dict[tuple[str, str | None], History] = {}
+        line = self.service.line
+        start = self.seq
+        lasts: dict[str, int] = {}  # the last change of each view in this chunk
+        lowest: dict[Source, int] = {}  # each cause's version, the lowest per informer
+        count = self._pending_count
+        for route, (source, rv) in chunk:
+            count[source] -= 1
+            if count[source] <= 0:
+                del count[source]
+                self._pending_floor.pop(source, None)
+            owners = self._owners_of(route)
+            old_owners = self._owners.get(route, ())
+            if owners:
+                self._owners[route] = owners
+            else:
+                self._owners.pop(route, None)
+            for view, last in self._last.items():
+                before = last.get(route)
+                after = line(view, route) if owners else None
+                if before == after and old_owners == owners:
+                    continue  # a relist re-storing an object, or a change another view shows
+                if after is None:
+                    last.pop(route, None)
+                else:
+                    last[route] = after
+                self._forget_frames(view, route)
+                self.seq += 1
+                lasts[view] = self.seq
+                if rv < lowest.get(source, rv + 1):
+                    lowest[source] = rv
+                change = Change(self.seq, route, before, after, old_owners, owners, source, rv)
+                for kind in _kinds_of(old_owners, owners):
+                    history = self.histories.get((view, kind))
+                    if history is not None:
+                        history.append(change)
+                        touched[(view, kind)] = history
+        if self.seq != start:
+            self._mark(frozenset(lasts.values()), lowest)
+        if touched:
+            for listener in self.listeners:
+                listener(list(touched.values()))
+
+    def _positions(self) -> Vector:
+        """The informers' versions, less what is still waiting to be recorded: an informer
+        with changes pending stands before the first of them."""
+        floor = self._pending_floor
+        return tuple(
+            sorted(
+                (s, min(v, floor[s] - 1) if s in floor else v)
+                for s, v in self.index.positions.items()
+            )
+        )
+
+    def _mark(self, lasts: frozenset[int], lowest: dict[Source, int]) -> None:
+        # A position inside the chunk (not the last of its view) stands before every cause
+        # the chunk holds: a stream cut there has not written the rest.
+        vector = self._positions()
+        inside = tuple((s, min(v, lowest[s] - 1) if s in lowest else v) for s, v in vector)
+        self._marks.append((self.seq, vector, inside, lasts))
+        self._mark_seqs.append(self.seq)
+        if len(self._marks) > 4096 and self.histories:
+            # Marks older than every history's floor can no longer be asked for.
+            floor = min(h.floor for h in self.histories.values())
+            drop = bisect.bisect_left(self._mark_seqs, floor)
+            if drop > len(self._marks) // 2:
+                self._dropped_upto = self._mark_seqs[drop - 1]
+                del self._marks[:drop]
+                del self._mark_seqs[:drop]
+
+
+def _varint(out: bytearray, value: int) -> None:
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return
+
+
+def _unvarint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _digest(sources: Iterable[Source]) -> bytes:
+    """Which informers a revision's versions belong to, in order (replicas must agree)."""
+    names = "\n".join("/".join(source) for source in sources)
+    return hashlib.blake2b(names.encode(), digest_size=4).digest()
+
+
+def _kinds_of(before: Owners, after: Owners) -> Iterable[str | None]:
+    yield None
+    yield from sorted({k for k, _ in before} | {k for k, _ in after})

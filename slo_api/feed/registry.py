@@ -1,0 +1,144 @@
+"""The open change streams: who they are, how many each identity holds, and their access.
+
+A stream's access is checked again on a timer of its own (not on bookmarks): the caller's
+token may be revoked or its RoleBinding removed while the stream stays open for hours. The
+check runs through a few workers in turn, not a task per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Protocol
+
+from slo_api.errors import ApiError
+from slo_api.feed.history import Allowed, History
+
+log = logging.getLogger("slo_api.feed")
+
+ACCESS_WORKERS = 8  # at most this many access checks at once
+
+
+class StreamAccess(Protocol):
+    """What a stream needs to know about its caller, now and while it stays open."""
+
+    # The identity the per-identity stream cap counts; None: not capped (static tokens).
+    holder: str | None
+
+    async def allowed(self) -> Allowed | None:
+        """What the caller may list and watch now; None = everything (a static token).
+
+        Raises ApiError(401, code "unauthorized") when the token is no longer valid and
+        ApiError(403, code "forbidden") when the caller may no longer list+watch anywhere.
+        """
+        ...
+
+
+class TooManyStreams(Exception):
+    pass
+
+
+class Stream:
+    """One open stream: what it asked for, and how far through its history it has written."""
+
+    def __init__(
+        self,
+        history: History,
+        kind: str | None,
+        sse: bool,
+        cursor: int,
+        access: StreamAccess | None,
+        allowed: Allowed | None,
+        initial: bool,
+    ) -> None:
+        self.history = history
+        self.view = history.view
+        # Usually the history's kind; a resume of a kind this replica never followed alone
+        # reads the view's history, filtered.
+        self.kind = kind
+        self.sse = sse
+        self.access = access
+        self.allowed = allowed
+        self.holder = access.holder if access is not None else None
+        self.initial = initial
+        # Read up to (handed to a write); the position written is `written`, never more.
+        self.cursor = cursor
+        self.written: int | None = None if initial else cursor
+        self.bookmarks = 0
+        # Why the server ended it: (code, message); None while it runs.
+        self.ended: tuple[str, str] | None = None
+        self.gone = False  # the client went away
+        self.task: asyncio.Task[None] | None = None
+        self.serving = False  # inside Feed.serve: may be cancelled to end it
+        self.cancelled = False  # the feed cancelled its task (not the server)
+
+
+class Registry:
+    def __init__(self, max_streams: int, per_identity: int) -> None:
+        self.max_streams = max_streams
+        self.per_identity = per_identity
+        self.streams: set[Stream] = set()
+        self._held: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def add(self, stream: Stream) -> None:
+        if len(self.streams) >= self.max_streams:
+            raise TooManyStreams(f"{self.max_streams} change streams are open already")
+        holder = stream.holder
+        if holder is not None and self._held[holder] >= self.per_identity:
+            raise TooManyStreams(
+                f"this identity has {self.per_identity} change streams open already"
+            )
+        self.streams.add(stream)
+        if holder is not None:
+            self._held[holder] += 1
+
+    def discard(self, stream: Stream) -> None:
+        if stream not in self.streams:
+            return
+        self.streams.remove(stream)
+        holder = stream.holder
+        if holder is not None:
+            self._held[holder] -= 1
+            if not self._held[holder]:
+                del self._held[holder]
+
+    def on(self, history: History) -> list[Stream]:
+        return [s for s in self.streams if s.history is history]
+
+    async def recheck(self) -> list[tuple[Stream, str, str]]:
+        """Ask each stream's access again; the streams to end, with an ERROR code and message."""
+        pending = [s for s in self.streams if s.access is not None and s.ended is None]
+        verdicts: list[tuple[Stream, str, str]] = []
+
+        async def worker() -> None:
+            while pending:
+                stream = pending.pop()
+                assert stream.access is not None
+                try:
+                    allowed = await stream.access.allowed()
+                except ApiError as exc:
+                    if exc.status in (401, 403):
+                        verdicts.append((stream, exc.code, exc.message))
+                    else:
+                        # Not an answer about this caller (the API server is down): keep the
+                        # stream, ask again next time, as a request would be retried.
+                        log.warning("a change stream's access could not be checked: %s", exc)
+                    continue
+                except Exception:
+                    log.exception("a change stream's access check failed")
+                    continue
+                if allowed != stream.allowed:
+                    verdicts.append(
+                        (
+                            stream,
+                            "expired",
+                            "what this identity may list changed; watch again without since",
+                        )
+                    )
+
+        await asyncio.gather(*(worker() for _ in range(ACCESS_WORKERS)))
+        return verdicts

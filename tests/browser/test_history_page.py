@@ -1,0 +1,84 @@
+"""The open route's history on the demo page: who changed it, and a restore confirmed first."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Dialog, Page, expect
+
+from controlplane.admin import Admin
+from tests.browser.conftest import SLO, Samples, Service
+from tests.browser.ui import field, open_page, open_route, save, saved, status
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_history_shows_who_changed_the_route_and_restores_an_entry(
+    page: Page, service: Service, samples: Samples, admin: Admin
+) -> None:
+    route = samples.route("history-1b")
+    ns = samples.namespace()
+    admin.create(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": route, "namespace": ns},
+            "spec": {"serviceId": route, "priority": 2},
+        }
+    )
+    open_page(page, service.page_url, service.token)
+    open_route(page, route)
+    history = page.locator("#history-body")
+    expect(history).to_contain_text("No recorded changes")
+
+    field(page, "priority").fill("5")
+    save(page)
+    saved(page)
+    entries = history.locator(".history-entry")
+    expect(entries).to_have_count(1)
+    expect(entries.first).to_contain_text("via slo-api")
+    expect(entries.first).to_contain_text("priority: 2 → 5")
+
+    # A change around slo-api, by another field manager: the page follows it, history too.
+    admin.request(
+        "PATCH",
+        admin.path(SLO, "LLMSLORequirement", ns, route),
+        {"spec": {"priority": 7}},
+        "application/merge-patch+json",
+        params={"fieldManager": "kubectl-edit"},
+    )
+    expect(field(page, "priority")).to_have_value("7")
+    expect(entries).to_have_count(2)
+    expect(entries.first).to_contain_text("kubectl-edit")
+    expect(entries.first).to_contain_text("priority: 5 → 7")
+
+    asked: list[str] = []
+
+    def answer(accept: bool) -> None:
+        def handle(dialog: Dialog) -> None:
+            asked.append(dialog.message)
+            if accept:
+                dialog.accept()
+            else:
+                dialog.dismiss()
+
+        page.once("dialog", handle)
+
+    restore = entries.nth(1).get_by_role("button", name="Restore")
+    answer(accept=False)
+    restore.click()
+    for _ in range(50):
+        if asked:
+            break
+        page.wait_for_timeout(100)
+    assert asked, "Restore did not ask for confirmation"
+    assert route in asked[0]
+    expect(field(page, "priority")).to_have_value("7")
+    assert admin.get(SLO, "LLMSLORequirement", ns, route)["spec"]["priority"] == 7
+
+    answer(accept=True)
+    restore.click()
+    expect(status(page)).to_contain_text("Restored")
+    expect(field(page, "priority")).to_have_value("5")
+    assert admin.get(SLO, "LLMSLORequirement", ns, route)["spec"]["priority"] == 5
+    expect(entries).to_have_count(3)
+    expect(entries.first).to_contain_text("priority: 7 → 5")

@@ -1,0 +1,242 @@
+"""A route's history on the real API server: attribution, once per change, shared by replicas,
+durable across restarts, bounded, gone with its CR, read under the route's access rule, and
+sloctl's revert."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.admin import Admin, AdminError
+from slo_api.cli import commands
+from slo_api.cli.client import SloClient
+from slo_api.cli.errors import CliError, ExitCode
+from tests.integration import crs
+from tests.integration.process import TOKEN as PROCESS_TOKEN
+from tests.integration.process import start_process
+from tests.integration.service import RunningService, running
+
+pytestmark = pytest.mark.integration
+
+RBAC = "rbac.authorization.k8s.io/v1"
+_ids = itertools.count(1)
+
+
+def _setup(admin: Admin) -> tuple[str, str, dict[str, str]]:
+    """A namespace with one LLM route, and tokens of an editor (slo-api-edit there) and of an
+    identity with no grant at all."""
+    run = f"h{os.getpid() % 10000}-{next(_ids)}"
+    ns, people = run, f"{run}-people"
+    for name in (ns, people):
+        admin.ensure_namespace(name)
+    admin.create(crs.llm(ns, "chat", service_id=f"{run}-chat", priority=1))
+    for who in ("editor", "nobody"):
+        admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": who, "namespace": people},
+            }
+        )
+    admin.create(
+        {
+            "apiVersion": RBAC,
+            "kind": "RoleBinding",
+            "metadata": {"name": "editor", "namespace": ns},
+            "roleRef": {
+                "apiGroup": RBAC.split("/")[0],
+                "kind": "ClusterRole",
+                "name": "slo-api-edit",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": people}],
+        }
+    )
+    tokens = {w: admin.service_account_token(people, w) for w in ("editor", "nobody")}
+    return ns, f"{run}-chat", tokens
+
+
+def _patch_around(admin: Admin, ns: str, patch: dict[str, Any], manager: str) -> None:
+    """A direct merge patch by another field manager (as kubectl or a GitOps tool would)."""
+    admin.request(
+        "PATCH",
+        admin.path(crs.SLO, "LLMSLORequirement", ns, "chat"),
+        patch,
+        "application/merge-patch+json",
+        params={"fieldManager": manager},
+    )
+
+
+def _indexed(service: RunningService, route: str) -> Any:
+    return lambda: service.indexed(route)
+
+
+async def _history(service: RunningService, route: str, **kwargs: Any) -> dict[str, Any]:
+    got = await service.get(f"/routes/{route}/history", **kwargs)
+    assert got.status_code == 200, got.text
+    body: dict[str, Any] = got.json()
+    return body
+
+
+async def test_every_change_is_recorded_once_with_who_made_it(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, tokens = _setup(admin)
+    async with (
+        running(slo_api_kubeconfig, slo_api_kubernetes_auth=True) as one,
+        running(slo_api_kubeconfig, slo_api_kubernetes_auth=True) as two,
+    ):
+        for replica in (one, two):
+            await replica.eventually(_indexed(replica, route), what="indexed")
+        put = await one.put(f"/routes/{route}", {"priority": 3}, headers={"X-Request-Id": "rq-1"})
+        assert put.status_code == 200, put.text
+        editor = {"Authorization": f"Bearer {tokens['editor']}"}
+        put = await two.client.put(
+            f"/routes/{route}",
+            json={"maximumDeployment": {"type": "replica", "value": 4}},
+            headers={**editor, "X-Request-Id": "rq-2"},
+        )
+        assert put.status_code == 200, put.text
+        _patch_around(admin, ns, {"spec": {"priority": 7}}, "kubectl-patch")
+
+        async def three_recorded() -> bool:
+            return bool((await _history(one, route))["total"] >= 3)
+
+        await one.eventually(three_recorded, what="three entries")
+        history = await _history(one, route)
+        assert history["total"] == 3, history
+        around, by_editor, by_token = history["items"]
+        assert (by_token["actor"], by_token["via"], by_token["requestId"]) == (
+            "token:write",
+            "slo-api",
+            "rq-1",
+        )
+        assert by_token["changes"] == [{"field": "priority", "from": 1, "to": 3}]
+        assert by_editor["actor"] == f"system:serviceaccount:{ns}-people:editor"
+        assert (by_editor["via"], by_editor["requestId"]) == ("slo-api", "rq-2")
+        assert by_editor["changes"] == [
+            {"field": "maximumDeployment", "from": None, "to": {"type": "replica", "value": 4}}
+        ]
+        assert (around["actor"], around["via"], around["requestId"]) == (
+            "kubectl-patch",
+            "kubectl-patch",
+            None,
+        )
+        assert around["changes"] == [{"field": "priority", "from": 3, "to": 7}]
+        assert around["after"]["priority"] == 7
+        assert around["after"]["maximumDeployment"] == {"type": "replica", "value": 4}
+
+        # Both replicas saw the change around slo-api: once in the history, the same on each.
+        # (Both have stored or skipped it once their informers moved past it.)
+        def two_current() -> bool:
+            held = two.runtime.index.get("llmslorequirements", ns, "chat")
+            return held is not None and held["spec"]["priority"] == 7
+
+        await two.eventually(two_current, what="second replica current")
+        await two.runtime.history.close()
+        await one.runtime.history.close()
+        assert await _history(two, route) == await _history(one, route)
+        assert (await _history(two, route))["total"] == 3
+        # A caller who may not read the route gets what it gets for the route itself.
+        nobody = {"Authorization": f"Bearer {tokens['nobody']}"}
+        as_route = await one.client.get(f"/routes/{route}", headers=nobody)
+        as_history = await one.client.get(f"/routes/{route}/history", headers=nobody)
+        assert as_route.status_code == as_history.status_code == 404
+        assert as_history.json() == as_route.json()
+        # Stored where README says: one ConfigMap in the CR's namespace, owned by the CR.
+        cr = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")
+        cm = admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
+        assert cm["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]
+    # Durable: a fresh process reads the same history.
+    async with running(slo_api_kubeconfig) as again:
+        await again.eventually(_indexed(again, route), what="indexed")
+        assert (await _history(again, route)) == history | {"total": 3}
+
+
+async def test_the_bound_holds_and_the_history_goes_with_its_cr(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with running(slo_api_kubeconfig, route_history_entries=3) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        for priority in range(2, 8):
+            assert (await service.put(f"/routes/{route}", {"priority": priority})).is_success
+        history = await _history(service, route)
+        assert history["total"] == 3
+        assert [e["after"]["priority"] for e in history["items"]] == [7, 6, 5]
+        # A route that never changed has no ConfigMap at all.
+        admin.create(crs.llm(ns, "quiet", service_id=f"{route}-quiet"))
+        await service.eventually(lambda: service.indexed(f"{route}-quiet"), what="quiet")
+        assert (await _history(service, f"{route}-quiet"))["total"] == 0
+        with pytest.raises(AdminError) as missing:
+            admin.get("v1", "ConfigMap", ns, "slo-history.llm.quiet")
+        assert missing.value.status == 404
+    admin.delete(crs.SLO, "LLMSLORequirement", ns, "chat")
+
+    def collected() -> bool:
+        try:
+            admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
+        except AdminError as exc:
+            return exc.status == 404
+        return False
+
+    async with running(slo_api_kubeconfig) as service:
+        await service.eventually(collected, within=60, what="the history collected with its CR")
+
+
+class _Racing(SloClient):
+    """A client whose read is followed at once by someone else's change (a concurrent edit)."""
+
+    def __init__(self, admin: Admin, ns: str, *args: Any) -> None:
+        super().__init__(*args)
+        self.admin, self.ns, self.race = admin, ns, False
+
+    def get(self, route: str) -> tuple[dict[str, Any], str | None]:
+        answer = super().get(route)
+        if self.race:
+            _patch_around(self.admin, self.ns, {"spec": {"priority": 9}}, "kubectl-edit")
+        return answer
+
+
+async def test_sloctl_revert_restores_an_entry_and_refuses_on_a_concurrent_change(
+    admin: Admin, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    process = await start_process(slo_api_kubeconfig, tmp_path)
+    try:
+        with SloClient(process.url, PROCESS_TOKEN, 10.0) as plain:
+            assert plain.put(route, {"priority": 2})["priority"] == 2
+            first = plain.history(route)[0]["id"]
+            ttft = {"default": {"metrics": [{"type": "p90", "threshold": 1}]}}
+            assert plain.put(route, {"priority": 5, "ttft": ttft})["priority"] == 5
+            args = argparse.Namespace(route=route, entry=first, dry_run=False, output="json")
+            assert commands.cmd_revert(plain, args) == ExitCode.OK
+            restored, _ = plain.get(route)
+            assert restored["priority"] == 2
+            assert "ttft" not in restored
+            # The revert is itself a change in the history, by its caller.
+            assert plain.history(route)[0]["changes"][0] == {
+                "field": "priority",
+                "from": 5,
+                "to": 2,
+            }
+            plain.put(route, {"priority": 6})
+        racing = _Racing(admin, ns, process.url, PROCESS_TOKEN, 10.0)
+        try:
+            racing.race = True
+            # A change between revert's read and its write: a clear refusal, nothing written.
+            with pytest.raises(CliError) as refused:
+                commands.cmd_revert(racing, args)
+            assert refused.value.exit_code == ExitCode.CONFLICT
+            assert refused.value.status == 412
+            racing.race = False
+            assert racing.get(route)[0]["priority"] == 9
+        finally:
+            racing.close()
+    finally:
+        process.proc.terminate()
+        process.proc.wait(timeout=30)
