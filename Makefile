@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 lock: venv
 	$(PY) -m release.lock
 
-# kube-apiserver and etcd, built from the Go module proxy once and cached by version.
+# kube-apiserver, etcd and Jaeger (the trace tests' backend), built from the Go module proxy
+# once and cached by version.
 controlplane: venv
 	$(PY) -m controlplane build
 
@@ -88,8 +89,9 @@ cluster: venv controlplane
 clean:
 	rm -rf $(VENV) .cluster .demo .pytest_cache .mypy_cache .ruff_cache
 
+# TRACING=1: also Jaeger, with every request traced (the demo prints where to look).
 demo: venv controlplane
-	$(PY) -m controlplane demo --dir .demo
+	$(PY) -m controlplane demo --dir .demo $(if $(TRACING),--tracing)
 
 openapi: venv
 	$(PY) -m slo_api.openapi openapi.yaml

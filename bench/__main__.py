@@ -26,6 +26,7 @@ import httpx
 from bench import fanout, load, populate, scenarios
 from bench.report import render
 from controlplane.cluster import Cluster
+from controlplane.jaeger import Jaeger
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = (
@@ -201,6 +202,8 @@ def main() -> int:
             if size == sizes[0]:
                 log(f"{size} routes: a Kubernetes identity against the static token")
                 entry["kubernetes"] = _kubernetes(cluster, kubeconfig, workdir, size, settings)
+                log(f"{size} routes: tracing absent, off, and on at ratio 1.0 (to Jaeger)")
+                entry["tracing"] = _tracing(kubeconfig, workdir, size, settings)
             svc = scenarios.ServiceProcess(kubeconfig, workdir).start()
             try:
                 entry["info"] = svc.info()
@@ -209,6 +212,9 @@ def main() -> int:
                 if size == sizes[-1]:
                     log(f"{size} routes: GET /routes/{{route}} against a direct GET")
                     entry["get_route"] = scenarios.get_route(
+                        svc, cluster.plane.url, sa_token, size, settings
+                    )
+                    entry["get_route_many"] = scenarios.get_route_many(
                         svc, cluster.plane.url, sa_token, size, settings
                     )
                     entry["get_route_aiohttp"] = scenarios.aiohttp_direct(
@@ -240,11 +246,29 @@ def _kubernetes(
 ) -> dict[str, Any]:
     assert cluster.admin is not None
     user_token = scenarios.kubernetes_identity_setup(cluster.admin)
-    svc = scenarios.ServiceProcess(kubeconfig, workdir, {"SLO_API_KUBERNETES_AUTH": "true"}).start()
     try:
-        return scenarios.kubernetes_identity(svc, user_token, size, settings)
+        svc = scenarios.ServiceProcess(
+            kubeconfig, workdir, {"SLO_API_KUBERNETES_AUTH": "true"}
+        ).start()
+        try:
+            return scenarios.kubernetes_identity(svc, user_token, size, settings)
+        finally:
+            svc.stop()
     finally:
-        svc.stop()
+        scenarios.kubernetes_identity_teardown(cluster.admin)
+
+
+def _tracing(
+    kubeconfig: Path, workdir: Path, size: int, settings: scenarios.Settings
+) -> dict[str, Any]:
+    jaeger = Jaeger(workdir / "jaeger").start()
+    try:
+        result = scenarios.tracing_costs(kubeconfig, workdir, jaeger.otlp_endpoint, size, settings)
+        # What reached the backend: the "on" rows' spans went somewhere real.
+        result["traces_stored"] = len(jaeger.traces("slo-api-bench", limit=100_000))
+        return result
+    finally:
+        jaeger.stop()
 
 
 def _in_run_order(results: dict[str, Any]) -> None:

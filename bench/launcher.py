@@ -8,6 +8,8 @@ Server class as `python -m slo_api`:
   `GET /config` answer); `GET /bench/baseline/{key}` returns them as they are, with the same
   headers. The same middleware runs, nothing else: what it costs is the framework's ceiling.
 - `GET /bench/info` says which event loop and HTTP protocol uvicorn picked, and the pid.
+
+With SLO_API_BENCH_HIDE_TRACING set, the OpenTelemetry SDK cannot be imported: tracing absent.
 """
 
 from __future__ import annotations
@@ -55,7 +57,18 @@ def add_bench_routes(app: FastAPI) -> None:
     app.add_api_route("/bench/info", info, methods=["GET"])
 
 
+class _HideTracing:
+    """An import hook that says the tracing extra is not installed (the bench's "absent")."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def main() -> int:
+    if os.environ.get("SLO_API_BENCH_HIDE_TRACING"):
+        sys.meta_path.insert(0, _HideTracing)
     settings = Settings()
     setup_logging(settings.log_level, settings.log_format)
     app = create_app(settings)

@@ -71,6 +71,8 @@ class ServiceProcess:
             "SHUTDOWN_GRACE_SECONDS": "0",
             # A long list of 50,000 CRs pages through the API server: give each call room.
             "UPSTREAM_TIMEOUT_SECONDS": "30",
+            # At least the upstream timeout, as the settings require.
+            "SHUTDOWN_DRAIN_SECONDS": "30",
             **self.extra_env,
         }
         spawned = time.perf_counter()
@@ -86,7 +88,9 @@ class ServiceProcess:
         with httpx.Client(base_url=self.url, timeout=5) as client:
             while not self.ready_s:
                 if self.proc.poll() is not None:
-                    raise RuntimeError("slo-api exited; see slo-api.log in the work directory")
+                    # The work directory goes when the bench stops: say why here.
+                    tail = (self.workdir / "slo-api.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"slo-api exited; the end of its log:\n{tail}")
                 if time.perf_counter() > deadline:
                     raise RuntimeError("slo-api not ready in time")
                 try:
@@ -181,6 +185,17 @@ def get_route(
     service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
     direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
     return side_by_side(service, direct, s, 1, svc.pid)
+
+
+def get_route_many(
+    svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """The same reads with 16 clients: throughput, slo-api and the API server on the same
+    two cores."""
+    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
+    direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
+    return side_by_side(service, direct, s, s.write_connections, svc.pid)
 
 
 def aiohttp_direct(
@@ -283,6 +298,17 @@ def kubernetes_identity_setup(admin: Any) -> str:
     return token
 
 
+def kubernetes_identity_teardown(admin: Any) -> None:
+    """Remove what the setup made, so the scenarios after it count the routes they created
+    (the initial sync checks a plain list of every namespace against the size it made)."""
+    admin.request("DELETE", f"{populate.SLO_PATH}/namespaces/{OTHER_NAMESPACE}/llmslorequirements")
+    for api_version, kind in (
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("v1", "ServiceAccount"),
+    ):
+        admin.delete(api_version, kind, populate.NAMESPACE, "bench-editor")
+
+
 def kubernetes_identity(
     svc: ServiceProcess, user_token: str, routes: int, s: Settings
 ) -> dict[str, Any]:
@@ -316,6 +342,73 @@ def kubernetes_identity(
 
     writes = side_by_side(put(user), put(AUTH), s, s.write_connections, svc.pid)
     return {"page": page, "config": config, "put": writes, "ran_at": time.strftime("%Y-%m-%d")}
+
+
+# -- 4b. What tracing costs ---------------------------------------------------------------
+
+# The processes compared: the tracing extra hidden from the interpreter (as if not installed),
+# installed but not configured (off), and on at ratio 1.0, sending every span to Jaeger.
+TRACING_PAIRS = {"off_vs_absent": ("off", "absent"), "on_vs_off": ("on", "off")}
+
+
+def tracing_costs(
+    kubeconfig: Path, workdir: Path, otlp_endpoint: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """GET /routes/{route} (1 client) and PUT (16 clients) on each pair of processes,
+    alternating rep by rep as `side_by_side` does, so drift hits both."""
+    envs = {
+        "absent": {"SLO_API_BENCH_HIDE_TRACING": "1"},
+        "off": {},
+        "on": {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
+            "OTEL_TRACES_SAMPLER_ARG": "1.0",
+            "OTEL_SERVICE_NAME": "slo-api-bench",
+        },
+    }
+    procs: dict[str, ServiceProcess] = {}
+    try:
+        for label, env in envs.items():
+            procs[label] = ServiceProcess(kubeconfig, workdir, env).start()
+        get_names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+        put_names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+
+        def get(svc: ServiceProcess) -> Target:
+            return Target(svc.url, [f"/routes/{n}" for n in get_names], headers=AUTH)
+
+        def put(svc: ServiceProcess) -> Target:
+            return Target(
+                svc.url,
+                [f"/routes/{n}" for n in put_names],
+                method="PUT",
+                headers={**AUTH, "Content-Type": "application/json"},
+                body='{"priority": {n}}',
+            )
+
+        out: dict[str, Any] = {}
+        for pair, (a, b) in TRACING_PAIRS.items():
+            out[pair] = {
+                "get": _alternated(get(procs[a]), procs[a].pid, get(procs[b]), procs[b].pid, s, 1),
+                "put": _alternated(
+                    put(procs[a]), procs[a].pid, put(procs[b]), procs[b].pid, s, s.write_connections
+                ),
+            }
+        return out
+    finally:
+        for svc in procs.values():
+            svc.stop()
+
+
+def _alternated(
+    subject: Target, subject_pid: int, baseline: Target, baseline_pid: int, s: Settings, conns: int
+) -> dict[str, Any]:
+    """`side_by_side` for two processes: each run's CPU is its own process's."""
+    load.run(subject, s.warmup, conns, subject_pid)
+    load.run(baseline, s.warmup, conns, baseline_pid)
+    a, b = Series(), Series()
+    for _ in range(s.reps):
+        a.runs.append(load.run(subject, s.seconds, conns, subject_pid))
+        b.runs.append(load.run(baseline, s.seconds, conns, baseline_pid))
+    return {"subject": a.summary(), "baseline": b.summary()}
 
 
 # -- 5. The index: initial sync, watch events, memory ------------------------------------

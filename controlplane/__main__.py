@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.binaries import ensure_all
+from controlplane.binaries import ensure_all, ensure_jaeger
 from controlplane.cluster import Cluster
 from controlplane.server import StartError
 
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
-        "build", help="build or find the control plane's binaries; print their paths"
+        "build",
+        help="build or find the control plane's binaries and Jaeger's; print their paths",
     )
     cluster = commands.add_parser("cluster", help="run a control plane in the foreground")
     cluster.add_argument(
@@ -68,17 +69,23 @@ def main(argv: list[str] | None = None) -> int:
         help="where to write env and kubeconfigs (default: .demo)",
     )
     demo.add_argument("--port", type=int, default=8080, help="slo-api's port (default: 8080)")
+    demo.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also start Jaeger (built and cached like the control plane) and trace every request",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         from controlplane.demo import run_demo
 
-        return run_demo(args.dir, args.port)
+        return run_demo(args.dir, args.port, args.tracing)
     if args.command == "build":
         binaries = ensure_all()
         print(
             f"kube-apiserver: {binaries.kube_apiserver}\n"
             f"kube-controller-manager: {binaries.kube_controller_manager}\n"
-            f"etcd: {binaries.etcd}"
+            f"etcd: {binaries.etcd}\n"
+            f"jaeger: {ensure_jaeger()}"
         )
         return 0
     return run_cluster(args.dir)

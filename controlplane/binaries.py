@@ -58,6 +58,14 @@ KUBE_CONTROLLER_MANAGER = _Component(
     "k8s.io/kubernetes/cmd/kube-controller-manager",
 )
 ETCD = _Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
+# Jaeger v2's all-in-one, the trace backend of the trace tests and of `make demo TRACING=1`
+# (the Go module's versions are v1.x; v1.76.0 is Jaeger v2.13's build).
+JAEGER = _Component(
+    "jaeger",
+    GO_DIR / "jaeger",
+    "github.com/jaegertracing/jaeger",
+    "github.com/jaegertracing/jaeger/cmd/jaeger",
+)
 
 
 def cache_dir() -> Path:
@@ -138,6 +146,11 @@ def ensure(component: _Component, env_name: str) -> Path:
     if not target.is_file():
         _build(component, target)
     return target
+
+
+def ensure_jaeger() -> Path:
+    """Jaeger's all-in-one: TEST_ASSET_JAEGER names a prebuilt one, else it is built and cached."""
+    return ensure(JAEGER, "TEST_ASSET_JAEGER")
 
 
 def ensure_all() -> Binaries:

@@ -21,6 +21,7 @@ import httpx
 
 from controlplane.admin import Admin, AdminError, Obj, load_yaml_dir
 from controlplane.cluster import CONFIG, REPO, Cluster
+from controlplane.jaeger import Jaeger
 from controlplane.server import StartError, die_with_parent
 
 SAMPLES = CONFIG / "samples"
@@ -175,13 +176,22 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(directory: Path, port: int) -> int:
+def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     directory = directory.resolve()
     cluster = Cluster()
     service: subprocess.Popen[bytes] | None = None
+    jaeger: Jaeger | None = None
     code = 0
     try:
+        trace_env: dict[str, str] = {}
+        if tracing:
+            jaeger = Jaeger(directory / "jaeger").start()
+            # Every request traced: a demo is for looking at each one.
+            trace_env = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint,
+                "OTEL_TRACES_SAMPLER_ARG": "1.0",
+            }
         cluster.start(kubeconfig_dir=directory)
         assert cluster.admin is not None
         assert cluster.credentials is not None
@@ -194,7 +204,7 @@ def run_demo(directory: Path, port: int) -> int:
             creds.slo_api_kubeconfig,
             port,
             token,
-            extra_env={"SLO_API_KUBERNETES_AUTH": "true"},
+            extra_env={"SLO_API_KUBERNETES_AUTH": "true", **trace_env},
         )
         wait_ready(url, service)
         env_file = directory / "env"
@@ -209,7 +219,12 @@ def run_demo(directory: Path, port: int) -> int:
             f"  shell:      source {env_file}\n"
             '  try:        curl -H "Authorization: Bearer $SLO_API_TOKEN" $SLO_API_URL/config\n'
             f"  kubeconfig: {creds.admin_kubeconfig} (admin; e.g. kubectl get llmslo -A)\n"
-            "Ctrl-C stops slo-api and the control plane.\n",
+            + (
+                f"  traces:     {jaeger.query_url}/search?service=slo-api (Jaeger; every request)\n"
+                if jaeger is not None
+                else "  traces:     off (make demo TRACING=1 starts Jaeger, every request traced)\n"
+            )
+            + "Ctrl-C stops slo-api and the control plane.\n",
             flush=True,
         )
         exit_code = service.wait()
@@ -226,5 +241,7 @@ def run_demo(directory: Path, port: int) -> int:
         if service is not None:
             stop_service(service)
         cluster.stop()
+        if jaeger is not None:
+            jaeger.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return code

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from slo_api import __version__
+from slo_api import __version__, tracing
 from slo_api.api import docs, errors, health, routes
 from slo_api.api.middleware import RequestMiddleware
 from slo_api.api.schema import add_components
@@ -34,6 +34,8 @@ def create_app(
     tokens = TokenStore(token, settings.slo_api_tokens_file)
     tokens.register_metrics(metrics.registry)
     connect = kube_factory or connect_kube
+    # Once per process, from the OTEL_* environment; off, nothing of OpenTelemetry is loaded.
+    tracing.configure(__version__)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,6 +46,7 @@ def create_app(
             yield
         finally:
             await runtime.stop()
+            tracing.shutdown()
 
     app = FastAPI(
         title="slo-api",

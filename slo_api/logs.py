@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from slo_api import tracing
+
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 # Attributes every record has, and uvicorn's ANSI-coloured copy of its message: not extras.
@@ -22,6 +24,11 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
+        # The ids of the request's trace (when it is traced and sampled): the same on every
+        # line of one request, the audit line included.
+        ids = tracing.current_ids()
+        if ids is not None:
+            record.trace_id, record.span_id = ids
         return True
 
 

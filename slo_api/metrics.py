@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from slo_api import tracing
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -211,9 +214,33 @@ class Metrics:
             registry=self.registry,
         )
 
+        # The labelled children, looked up once per label set: `labels()` takes a lock and
+        # builds a tuple on every call, on every request.
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._upstream_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def count_request(
+        self, method: str, route: str, status: int, seconds: float, traced: bool
+    ) -> None:
+        key = (method, route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds, tracing.exemplar() if traced else None)
+
     def observe_upstream(self, verb: str, code: str, seconds: float) -> None:
-        self.upstream.labels(verb, code).inc()
-        self.upstream_latency.labels(verb).observe(seconds)
+        key = (verb, code)
+        children = self._upstream_children.get(key)
+        if children is None:
+            children = (self.upstream.labels(verb, code), self.upstream_latency.labels(verb))
+            self._upstream_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds, tracing.exemplar())
 
     def watch_kind_states(self, states: Callable[[], Iterable[KindState]]) -> None:
         self.registry.register(_KindStateCollector(states))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib import resources
 
 import orjson
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 from slo_api.api.deps import RuntimeDep
 from slo_api.errors import ApiError
@@ -90,8 +90,11 @@ async def readyz(rt: RuntimeDep) -> Response:
     summary="Prometheus metrics",
     response_class=Response,
 )
-async def metrics(rt: RuntimeDep) -> Response:
-    return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(rt: RuntimeDep, request: Request) -> Response:
+    # OpenMetrics when the scraper asks for it (Prometheus does): only that format carries the
+    # exemplars (trace ids) on the latency histograms; the classic text format otherwise.
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(rt.metrics.registry), media_type=content_type)
 
 
 @router.get(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from slo_api import tracing
 from slo_api.errors import ApiError
 from slo_api.logs import request_id
 from slo_api.metrics import Metrics
@@ -45,11 +46,16 @@ class RequestMiddleware:
             return
         headers = dict(scope["headers"])
         sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else uuid.uuid4().hex
+        # 32 random hex digits, as uuid4().hex was, without building a UUID per request.
+        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else os.urandom(16).hex()
         token = request_id.set(rid)
         scope[RAW_SEND] = send
         started = time.perf_counter()
         status = 500
+        tracer = tracing.active()
+        span = None
+        if tracer is not None and tracing.traced(scope["path"], scope["query_string"]):
+            span, span_token = tracer.start_request(scope["method"], headers)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -69,15 +75,16 @@ class RequestMiddleware:
                 # Refused before reading a byte of it.
                 await _reject(send_with_id, ApiError(413, self._too_large()))
                 return
-            await self.app(scope, self._limited(receive), send_with_id)
+            # Only a request that says it has a body gets its reads counted (a GET has none).
+            has_body = declared is not None or b"transfer-encoding" in headers
+            await self.app(scope, self._limited(receive) if has_body else receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             # A change stream lasts minutes: its own label keeps /config's latencies meaningful.
             template = scope.get(STREAM_LABEL) or getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in _METHODS else "other"
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
+            self.metrics.count_request(method, template, status, elapsed, span is not None)
             if template not in ("/healthz", "/readyz", "/metrics"):
                 log.info(
                     "%s %s -> %d",
@@ -90,6 +97,8 @@ class RequestMiddleware:
                         "user": scope.get(CALLER_SCOPE_KEY),
                     },
                 )
+            if span is not None:
+                tracer.end_request(span, span_token, template, status)  # type: ignore[union-attr]
             request_id.reset(token)
 
     def _too_large(self) -> str:
