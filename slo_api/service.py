@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -158,6 +158,19 @@ class Service:
         self.ownership = ownership or Ownership()
         self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
         self._pages_generation = -1
+        # The kind whose CRs list others as members (pools): what a member's `pool` shows.
+        self.pools = next((k.name for k in kinds if k.groups_routes), "")
+
+    def full_view(
+        self, claims: Sequence[tuple[str, str]], allowed: frozenset[tuple[str, str]] | None
+    ) -> str:
+        """The line view of a route's full item for a caller who may list `allowed` (None:
+        everything), the route claimed by `claims` ((kind, namespace) pairs): a member's `pool`
+        is shown only where the caller may list (so read) the pools of its namespace. The one
+        rule for `/config?view=full` and its change stream alike."""
+        if allowed is not None and len(claims) == 1 and (self.pools, claims[0][1]) not in allowed:
+            return "full-unpooled"
+        return "full"
 
     @staticmethod
     def index_for(kinds: list[Kind], ownership: Ownership | None = None) -> CRIndex:

@@ -25,8 +25,6 @@ class VisiblePages:
         self.index = index
         self._plural = {k.name: p for p, k in service.kinds.items()}
         self._name = {p: k.name for p, k in service.kinds.items()}
-        # The kind whose CRs list others as members (pools): what a member's `pool` shows.
-        self._pools = next((k.name for k in service.kinds.values() if k.groups_routes), "")
         self._generation = -1
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
@@ -83,10 +81,7 @@ class VisiblePages:
         service, claimed_in = self.service, self.index.claimed_in
 
         def line(route: str) -> bytes:
-            claims = claimed_in(route)
-            if len(claims) == 1 and (self._pools, claims[0][1]) not in allowed:
-                return service.line("full-unpooled", route)
-            return service.line("full", route)
+            return service.line(service.full_view(claimed_in(route), allowed), route)
 
         return line
 

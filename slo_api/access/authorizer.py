@@ -216,9 +216,17 @@ class Authorizer:
         return frozenset(allowed)
 
     def stream(
-        self, token: str, caller: Caller, kind: str | None, held: Callable[[], Held]
+        self,
+        token: str,
+        caller: Caller,
+        kind: str | None,
+        held: Callable[[], Held],
+        *,
+        pools: bool = False,
     ) -> CallerStream:
-        return CallerStream(self, token, caller, kind, held)
+        """`pools`: the stream shows members' `pool` (the full view), so its allowed set
+        also names where the caller may list pools (see Service.full_view)."""
+        return CallerStream(self, token, caller, kind, held, pools)
 
 
 class CallerStream:
@@ -229,7 +237,7 @@ class CallerStream:
     is served from the caches until their times run out, then asked again.
     """
 
-    __slots__ = ("_authz", "_held", "_kinds", "_token", "holder")
+    __slots__ = ("_authz", "_held", "_kinds", "_pools", "_token", "holder")
 
     def __init__(
         self,
@@ -238,10 +246,15 @@ class CallerStream:
         caller: Caller,
         kind: str | None,
         held: Callable[[], Held],
+        pools: bool = False,
     ) -> None:
         self._authz = authz
         self._token = token
         self._kinds = [kind] if kind is not None else list(authz.kinds)
+        # The pool kind, when the stream shows members' `pool` and does not stream pools
+        # (their pairs are then asked with `list` only, as /config?view=full asks them).
+        pool_kind = authz.service.pools
+        self._pools = pool_kind if pools and pool_kind and pool_kind not in self._kinds else ""
         self._held = held
         # Streams are capped per Kubernetes identity; static tokens are not capped.
         self.holder: str | None = caller.user.username if caller.user is not None else None
@@ -261,7 +274,12 @@ class CallerStream:
         held = self._held()
         mine = {k: held.get(k, {}) for k in self._kinds}
         allowed = await authz.visible(caller, mine, ("list", "watch"))
-        if allowed is None or allowed:
+        if allowed is None:
+            return allowed
+        if allowed and self._pools:
+            pools = await authz.visible(caller, {self._pools: held.get(self._pools, {})})
+            return allowed | (pools or frozenset())
+        if allowed:
             return allowed
         if not any(mine.values()):
             for name in self._kinds:

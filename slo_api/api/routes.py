@@ -330,7 +330,7 @@ async def list_routes(
     if not rt.ready():
         raise ApiError(503, "the index is still loading", code="not_ready")
     if watch:
-        access = rt.access.stream(token, caller, kind, rt.visible.held)
+        access = rt.access.stream(token, caller, kind, rt.visible.held, pools=view == "full")
         # Asked once before the stream opens, so a caller without list and watch anywhere
         # gets a plain 403 (and a revoked token a 401) instead of a stream.
         allowed = await access.allowed()

@@ -286,7 +286,7 @@ class Feed:
         for route in routes:
             if not shown(owners(route), kind, allowed):
                 continue
-            encoded = frame(view, route, sse)
+            encoded = frame(view, route, sse, allowed)
             if encoded is None:
                 continue  # gone since the snapshot: its DELETED follows
             chunk.append(encoded)

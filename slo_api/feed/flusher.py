@@ -92,9 +92,11 @@ class Flusher:
         changes, upto, complete = stream.history.after(stream.cursor, WRITE_BYTES)
         position: Callable[[int], bytes] = self.log.position
         kind, allowed, sse = stream.kind, stream.allowed, stream.sse
+        # Static tokens (allowed None) see every `pool`: nothing to choose per change.
+        full_view = self.log.service.full_view if allowed is not None else None
         lines = []
         for change in changes:
-            encoded = change.event(kind, allowed, sse, position)
+            encoded = change.event(kind, allowed, sse, position, full_view)
             if encoded is not None:
                 lines.append(encoded)
         # Read to the end: nothing newer concerns this history, so the stream is level with

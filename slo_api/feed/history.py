@@ -80,13 +80,22 @@ class Change:
     # What caused it: the informer and resourceVersion (a relist's: the list's version).
     source: Source = NOWHERE
     rv: int = 0
-    frames: dict[tuple[str, bool], bytes] = field(default_factory=dict)
+    # The full view's items without a member's `pool` (for callers who may not read the
+    # pool), only where they differ from `before`/`after`.
+    plain_before: bytes | None = None
+    plain_after: bytes | None = None
+    frames: dict[tuple[str, bool, bool], bytes] = field(default_factory=dict)
 
-    def frame(self, type_: str, sse: bool, revision: Callable[[int], bytes]) -> bytes:
-        key = (type_, sse)
+    def frame(
+        self, type_: str, sse: bool, revision: Callable[[int], bytes], plain: bool = False
+    ) -> bytes:
+        deleted = type_ == "DELETED"
+        variant = self.plain_before if deleted else self.plain_after
+        plain = plain and variant is not None  # the same bytes otherwise: framed once
+        key = (type_, sse, plain)
         encoded = self.frames.get(key)
         if encoded is None:
-            item = self.before if type_ == "DELETED" else self.after
+            item = variant if plain else self.before if deleted else self.after
             assert item is not None
             position = revision(self.seq)
             encoded = self.frames[key] = framing.frame(
@@ -95,14 +104,23 @@ class Change:
         return encoded
 
     def event(
-        self, kind: str | None, allowed: Allowed | None, sse: bool, revision: Callable[[int], bytes]
+        self,
+        kind: str | None,
+        allowed: Allowed | None,
+        sse: bool,
+        revision: Callable[[int], bytes],
+        full_view: Callable[[Owners, Allowed | None], str] | None = None,
     ) -> bytes | None:
+        """This change as a stream sees it; `full_view` (Service.full_view) picks, in the
+        full view, whether it sees a member's `pool`."""
         was = shown(self.owners_before, kind, allowed)
         now = shown(self.owners_after, kind, allowed)
         if now:
-            return self.frame("MODIFIED" if was else "ADDED", sse, revision)
+            plain = full_view is not None and full_view(self.owners_after, allowed) != "full"
+            return self.frame("MODIFIED" if was else "ADDED", sse, revision, plain)
         if was:
-            return self.frame("DELETED", sse, revision)
+            plain = full_view is not None and full_view(self.owners_before, allowed) != "full"
+            return self.frame("DELETED", sse, revision, plain)
         return None
 
     @property
@@ -192,6 +210,8 @@ class ChangeLog:
         # What was last published, per view anyone has watched: route -> /config item.
         self._last: dict[str, dict[str, bytes]] = {}
         self._owners: dict[str, Owners] = {}
+        # The full view's published items without a member's `pool`, where they differ.
+        self._plain: dict[str, bytes] = {}
         # Each route's initial-state frame (an ADDED without a position), by view and format,
         # kept until the route next changes: an initial state is a join of these.
         self._initial: dict[tuple[str, bool], dict[str, bytes]] = {}
@@ -309,7 +329,12 @@ class ChangeLog:
         if not self._last:
             self._owners = {route: self._owners_of(route) for route in routes}
         line = self.service.line
-        self._last[view] = {route: line(view, route) for route in routes}
+        last = self._last[view] = {route: line(view, route) for route in routes}
+        if view == "full":
+            for route in routes:
+                plain = line("full-unpooled", route)
+                if plain != last[route]:
+                    self._plain[route] = plain
 
     def _owners_of(self, route: str) -> Owners:
         kinds = self.service.kinds
@@ -327,13 +352,22 @@ class ChangeLog:
     def owners(self, route: str) -> Owners:
         return self._owners.get(route, ())
 
-    def initial_frame(self, view: str, route: str, sse: bool) -> bytes | None:
+    def initial_frame(
+        self, view: str, route: str, sse: bool, allowed: Allowed | None = None
+    ) -> bytes | None:
+        """A route's ADDED frame in an initial state, as a caller who may list `allowed`
+        sees it (a member's `pool` only as Service.full_view says)."""
+        source = self._last[view]
+        if view == "full" and route in self._plain:
+            view = self.service.full_view(self.owners(route), allowed)
+            if view != "full":
+                source = self._plain
         frames = self._initial.get((view, sse))
         if frames is None:
             frames = self._initial[(view, sse)] = {}
         encoded = frames.get(route)
         if encoded is None:
-            item = self._last[view].get(route)
+            item = source.get(route)
             if item is None:
                 return None
             encoded = frames[route] = framing.frame(
@@ -367,9 +401,10 @@ class ChangeLog:
 
     def _forget_frames(self, view: str, route: str) -> None:
         for sse in (False, True):
-            frames = self._initial.get((view, sse))
-            if frames is not None:
-                frames.pop(route, None)
+            for variant in (view, "full-unpooled") if view == "full" else (view,):
+                frames = self._initial.get((variant, sse))
+                if frames is not None:
+                    frames.pop(route, None)
             owner = self._block_of.get((view, sse))
             key = owner.pop(route, None) if owner is not None else None
             if key is not None:
@@ -439,12 +474,30 @@ class ChangeLog:
                     last.pop(route, None)
                 else:
                     last[route] = after
+                plain_before = plain_after = None
+                if view == "full":
+                    plain_before = self._plain.pop(route, None)
+                    if after is not None:
+                        plain = line("full-unpooled", route)
+                        if plain != after:
+                            plain_after = self._plain[route] = plain
                 self._forget_frames(view, route)
                 self.seq += 1
                 lasts[view] = self.seq
                 if rv < lowest.get(source, rv + 1):
                     lowest[source] = rv
-                change = Change(self.seq, route, before, after, old_owners, owners, source, rv)
+                change = Change(
+                    self.seq,
+                    route,
+                    before,
+                    after,
+                    old_owners,
+                    owners,
+                    source,
+                    rv,
+                    plain_before,
+                    plain_after,
+                )
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
                     if history is not None:

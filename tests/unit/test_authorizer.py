@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import pytest
 
 from slo_api.errors import ApiError
@@ -280,6 +281,36 @@ async def test_a_member_shows_its_pool_only_to_callers_who_may_get_it(
         assert static["pool"]["route"] == "slot"
         page = (await client.get("/config", params={"view": "full"}, headers=AUTH)).json()
         assert {i["route"]: i for i in page["items"]}["chat"]["pool"]["route"] == "slot"
+
+
+@pytest.mark.parametrize("may_list_pools", [False, True])
+async def test_a_stream_shows_a_members_pool_where_config_does(
+    start: Started, may_list_pools: bool
+) -> None:
+    grants = _grants(NEW, LLMS, "a", "get", "list", "watch")
+    if may_list_pools:
+        grants |= _grants(POOLS, "modelpools", "a", "list")
+    kube = RbacKube(
+        grants, {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}
+    )
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        await _ready(app)
+        rt = app.state.runtime
+        caller = await rt.access.authenticate(TOKEN)
+        # A stream of LLM SLOs in the full view asks about the pools too (with `list` only,
+        # as /config?view=full does); in the summary view it does not.
+        full = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held, pools=True).allowed()
+        summary = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held).allowed()
+        assert summary == frozenset({("llm", "a")})
+        assert full == summary | ({("pool", "a")} if may_list_pools else set())
+        stream = rt.feed.open("full", "llm", allowed=full)
+        frame = rt.feed.log.initial_frame("full", "chat", False, stream.allowed)
+        rt.feed.close(stream)
+        assert frame is not None
+        streamed = orjson.loads(frame)["object"]
+        page = (await client.get("/config", params={"view": "full"}, headers=BEARER)).json()
+        [listed] = [i for i in page["items"] if i["route"] == "chat"]
+        assert ("pool" in streamed) is ("pool" in listed) is may_list_pools
 
 
 # -- malformed review answers ---------------------------------------------------------------------

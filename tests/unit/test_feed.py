@@ -12,6 +12,7 @@ from slo_api.errors import ApiError
 from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.metrics import Metrics
 from slo_api.service import Service
+from slo_api.visible import VisiblePages
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
 
 Obj = dict[str, Any]
@@ -161,6 +162,44 @@ async def test_a_pool_membership_change_reaches_its_members_in_the_full_view() -
     assert sorted(r.changes()[1:]) == [("ADDED", "p"), ("MODIFIED", "chat")]
     [chat] = [e for e in r.events if e.get("route") == "chat" and e["type"] == "MODIFIED"]
     assert chat["object"]["pool"]["route"] == "p"
+    await r.stop()
+
+
+async def test_a_members_pool_is_streamed_only_where_config_shows_it() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    index.upsert(POOL, pool("a", "p", ["chat"]))
+    llm_only = frozenset({("llm", "a")})
+    both = llm_only | {("pool", "a")}
+    pages = VisiblePages(feed.service, index)
+
+    def config(allowed: Allowed) -> Obj:
+        body = orjson.loads(pages.page(allowed, 1, 100, "llm", True)[0])
+        [item] = [i for i in body["items"] if i["route"] == "chat"]
+        return dict(item)
+
+    readers = {
+        allowed: await reader(feed, "full", "llm", allowed=allowed) for allowed in (llm_only, both)
+    }
+    index.upsert(LLM, cr("a", "x", "chat", rv=2, priority=4))
+    index.delete(LLM, cr("a", "x", "chat"))
+    await asyncio.sleep(0)
+    for allowed, r in readers.items():
+        await r.settle()
+        events = [e for e in r.events if e.get("route") == "chat"]
+        assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+        # Where the caller may not list the pools of the member's namespace, neither
+        # /config?view=full nor its stream shows the member's pool.
+        assert all(("pool" in e["object"]) == (allowed == both) for e in events)
+        assert readers[both].events[0]["object"]["pool"]["route"] == "p"
+        await r.stop()
+    index.upsert(LLM, cr("a", "x", "chat"))
+    assert "pool" not in config(llm_only)
+    assert config(both)["pool"]["route"] == "p"
+    # A static token's stream (allowed None) sees the pool too.
+    r = await reader(feed, "full", "llm")
+    assert r.events[0]["object"]["pool"]["route"] == "p"
     await r.stop()
 
 
