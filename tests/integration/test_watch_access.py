@@ -56,3 +56,48 @@ async def test_a_deleted_service_account_or_removed_binding_ends_the_stream_with
         finally:
             for stream in streams.values():
                 await stream.response.aclose()
+
+
+async def test_a_full_view_stream_shows_a_members_pool_only_where_config_does(
+    admin: Admin, slo_api_kubeconfig: Path, world: World
+) -> None:
+    """A caller who may list and watch LLM SLOs in a namespace but not its ModelPools."""
+    a = world.a
+    admin.create(
+        {
+            "apiVersion": RBAC,
+            "kind": "Role",
+            "metadata": {"name": "llm-reader", "namespace": a},
+            "rules": [
+                {
+                    "apiGroups": ["inference.modelsphere.dev"],
+                    "resources": ["llmslorequirements"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        }
+    )
+    admin.create(kauth._service_account(world.people, "llm-reader"))
+    binding = kauth._binding(a, "llm-reader", "llm-reader", world.people, "llm-reader")
+    binding["roleRef"]["kind"] = "Role"
+    admin.create(binding)
+    token = admin.service_account_token(world.people, "llm-reader")
+    callers = {"llm-reader": {"Authorization": f"Bearer {token}"}, "editor": world.auth("editor")}
+    async with served(slo_api_kubeconfig, slo_api_kubernetes_auth=True) as (service, client):
+        await _wait_indexed(service, world)
+        for who, auth in callers.items():
+            params = {"view": "full", "kind": "llm"}
+            page = (await client.get("/config", params=params, headers=auth)).json()
+            [listed] = [i for i in page["items"] if i["route"] == f"{a}-llm"]
+            request = client.build_request(
+                "GET", "/config", params={**params, "watch": "true"}, headers=auth
+            )
+            response = await client.send(request, stream=True)
+            try:
+                assert response.status_code == 200, await response.aread()
+                events = await Stream(response).until(initial)
+            finally:
+                await response.aclose()
+            [streamed] = [e["object"] for e in events if e.get("route") == f"{a}-llm"]
+            # The editor may list the namespace's ModelPools (slo-api-edit); the reader not.
+            assert ("pool" in streamed) is ("pool" in listed) is (who == "editor"), who
