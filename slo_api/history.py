@@ -24,8 +24,10 @@ that task first, so a caller reads its own change.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +47,15 @@ SELF = "slo-api"
 STORE_ATTEMPTS = 5
 LABEL = "slo-api.modelsphere.dev/history-of"
 MAX_NAME = 253
+# Who made the most recent changes seen by the informers, by resourceVersion: what the change
+# stream says (`by`) of a change made around slo-api, or through another replica.
+BY_KEPT = 4096
+
+# The caller and request id of the write this request is making: a change the index stores
+# while it is set (the write's own result) came from this replica's caller.
+writer: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
+    "history_writer", default=None
+)
 
 # The client-owned fields of each kind, in the API's names and the order a change lists them.
 # A pool's live under `pool.`; everything else a GET shows (status, members, an LLM or job
@@ -198,10 +209,32 @@ class History:
         # Per ConfigMap: entries waiting to be stored, and the one task storing them.
         self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._by: OrderedDict[int, Obj] = OrderedDict()
 
     @property
     def enabled(self) -> bool:
         return self.limit > 0
+
+    def by(self, rv: int) -> Obj | None:
+        """Who made the change the index is storing now (at resourceVersion `rv`), as the
+        history records it: the caller and request id for a write through this replica, the
+        field manager for a change seen by the informers (through another replica: only
+        `slo-api`); None when unknown or when it is no recorded change."""
+        if not self.enabled:
+            return None
+        mine = writer.get()
+        if mine is not None:
+            return {"actor": mine[0], "via": SELF, "requestId": mine[1]}
+        return self._by.get(rv)
+
+    def _seen(self, obj: Obj, manager: str) -> None:
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if not rv.isdigit():
+            return
+        actor = None if manager == SELF else manager
+        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": None}
+        if len(self._by) > BY_KEPT:
+            self._by.popitem(last=False)
 
     # -- recording -------------------------------------------------------------------------
 
@@ -229,6 +262,7 @@ class History:
         if not changes:
             return
         manager, when = changed_by(new, [c["field"] for c in changes])
+        self._seen(new, manager)
         if manager == SELF:  # the replica that wrote it records it, with the caller
             return
         entry = self._entry(kind, new, manager, manager, None, changes, when or _now())

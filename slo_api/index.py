@@ -366,15 +366,16 @@ class CRIndex:
             new_rv = _rv(obj)
             if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
-        self._caused(plural, group, name[0], _rv(obj))
-        self._change(plural, name, {group: self.entry(plural, obj, group)})
-        self._settle()
         if old is not None and old.uid == _uid(obj):
+            # Before the listeners hear of it: the change stream reads who made it.
             for observer in self._updated:
                 try:
                     observer(plural, old.obj, obj)
                 except Exception:
                     log.exception("index update observer failed")
+        self._caused(plural, group, name[0], _rv(obj))
+        self._change(plural, name, {group: self.entry(plural, obj, group)})
+        self._settle()
         return True
 
     def write_through(self, plural: str, obj: Obj) -> bool:

@@ -67,6 +67,7 @@ class Runtime:
             bookmark_seconds=settings.watch_bookmark_seconds,
             access_seconds=settings.watch_access_seconds,
             flush_seconds=settings.watch_flush_seconds,
+            by=self.history.by,
         )
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector

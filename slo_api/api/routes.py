@@ -24,6 +24,7 @@ from slo_api.api.schema import (
 from slo_api.api.watch import open_stream
 from slo_api.errors import ApiError, invalid
 from slo_api.events import EventRecorder, regarding
+from slo_api.history import writer
 from slo_api.jsonbody import parse_object
 from slo_api.logs import request_id
 from slo_api.route_names import HISTORY, route_problem
@@ -114,12 +115,15 @@ def _record_history(request: Request, caller: Caller, write: _Write) -> None:
 @contextlib.contextmanager
 def _audited(request: Request, route: str, caller: Caller, dry_run: bool) -> Iterator[_Write]:
     write = _Write()
+    # What the index stores from this write (its result) is attributed to this caller.
+    writing = writer.set((caller.name, request_id.get()))
     try:
         yield write
     except ApiError as exc:
         write.outcome = exc.status
         raise
     finally:
+        writer.reset(writing)
         target = write.target
         kind = target.kind.name if target is not None else None
         audit.info(

@@ -194,6 +194,23 @@ WATCH_EVENT = {
         "type": {"enum": ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]},
         "route": {"type": "string"},
         "object": {"type": "object"},
+        "by": {
+            "type": "object",
+            "description": (
+                "On an ADDED or MODIFIED (never in the initial state) that comes from a change "
+                "the route history records, who made it, as the history names it: `actor`, "
+                "`via` (`slo-api` or the field manager) and `requestId`. Through the replica "
+                "that wrote it: the caller and request id; through another replica: only "
+                "`via: slo-api` (so also when this replica's informer stored the write's event "
+                "before its result); around slo-api: the field manager. Absent when not known "
+                "(route history off, a relist, a change the history does not record)."
+            ),
+            "properties": {
+                "actor": {"type": ["string", "null"]},
+                "via": {"type": "string"},
+                "requestId": {"type": ["string", "null"]},
+            },
+        },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
         "initial": {"type": "boolean"},
         "error": {"type": "object"},

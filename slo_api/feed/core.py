@@ -52,11 +52,13 @@ class Feed:
         bookmark_seconds: float,
         access_seconds: float = 10.0,
         flush_seconds: float = FLUSH_SECONDS,
+        by: Callable[[int], object] | None = None,
     ) -> None:
         self.service = service
         self.index = service.index
         self.metrics = metrics
-        self.log = ChangeLog(service, history_bytes)
+        # `by`: who made the change the index stores at a resourceVersion (the route history).
+        self.log = ChangeLog(service, history_bytes, by)
         # Trimmed before the flusher hears of the changes: a stream left behind is ended first.
         self.log.listeners.append(self._trim)
         self.flusher = Flusher(self.log, flush_seconds)

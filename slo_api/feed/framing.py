@@ -52,8 +52,19 @@ def frame(line: bytes, position: bytes | None, sse: bool) -> bytes:
     return b"id: %b\ndata: %b\n\n" % (position, line)
 
 
-def change_line(type_: str, route: str, item: bytes, revision: bytes | None) -> bytes:
-    """An ADDED/MODIFIED/DELETED event's JSON; without `revision` for the initial state."""
+def change_line(
+    type_: str, route: str, item: bytes, revision: bytes | None, by: bytes | None = None
+) -> bytes:
+    """An ADDED/MODIFIED/DELETED event's JSON; without `revision` for the initial state;
+    `by` (JSON) says who made the change, where known."""
+    if by is not None and revision is not None:
+        return b'{"type":"%b","route":%b,"object":%b,"by":%b,"revision":"%b"}' % (
+            type_.encode(),
+            orjson.dumps(route),
+            item,
+            by,
+            revision,
+        )
     if revision is None:
         return b'{"type":"%b","route":%b,"object":%b}' % (
             type_.encode(),

@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import orjson
+
 from slo_api.feed import framing
 from slo_api.index import Source
 from slo_api.service import Service
@@ -40,6 +42,7 @@ VIEWS = ("summary", "full")
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
 Allowed = frozenset[tuple[str, str]]  # (kind name, namespace) pairs a caller may list
 Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
+Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
 # blocks, each rebuilt only when one of its routes changes.
@@ -84,6 +87,8 @@ class Change:
     # pool), only where they differ from `before`/`after`.
     plain_before: bytes | None = None
     plain_after: bytes | None = None
+    # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED.
+    by: bytes | None = None
     frames: dict[tuple[str, bool, bool], bytes] = field(default_factory=dict)
 
     def frame(
@@ -99,7 +104,11 @@ class Change:
             assert item is not None
             position = revision(self.seq)
             encoded = self.frames[key] = framing.frame(
-                framing.change_line(type_, self.route, item, position), position, sse
+                framing.change_line(
+                    type_, self.route, item, position, None if deleted else self.by
+                ),
+                position,
+                sse,
             )
         return encoded
 
@@ -126,7 +135,7 @@ class Change:
     @property
     def size(self) -> int:
         item = self.after if self.after is not None else self.before or b""
-        return ENTRY_OVERHEAD + 2 * len(item)
+        return ENTRY_OVERHEAD + 2 * len(item) + len(self.by or b"")
 
 
 class History:
@@ -191,8 +200,12 @@ class History:
 
 
 class ChangeLog:
-    def __init__(self, service: Service, budget: int) -> None:
+    def __init__(
+        self, service: Service, budget: int, by: Callable[[int], object] | None = None
+    ) -> None:
         self.service = service
+        # Who made the change the index is storing (at a resourceVersion), or None.
+        self._by = by
         self.index = service.index
         self.budget = budget
         self._epoch = secrets.token_bytes(4)
@@ -200,7 +213,7 @@ class ChangeLog:
         # One per publication: (its last sequence, the informers' versions after it, its cause).
         self._marks: list[tuple[int, Vector, Vector, frozenset[int]]] = []
         # Routes touched and not yet compared, with what touched them (in order).
-        self._pending: dict[str, tuple[Source, int]] = {}
+        self._pending: dict[str, Cause] = {}
         self._pending_count: Counter[Source] = Counter()
         self._pending_floor: dict[Source, int] = {}
         self._scheduled = False
@@ -418,7 +431,9 @@ class ChangeLog:
         """
         if not self._last:
             return  # nobody has watched yet: nothing to compare or to tell
-        cause = self.index.cause or (NOWHERE, 0)
+        source, rv = self.index.cause or (NOWHERE, 0)
+        who = self._by(rv) if self._by is not None else None
+        cause: Cause = (source, rv, None if who is None else orjson.dumps(who))
         pending, count = self._pending, self._pending_count
         for route in routes:
             old = pending.pop(route, None)
@@ -426,7 +441,7 @@ class ChangeLog:
                 count[old[0]] -= 1
             pending[route] = cause
         count[cause[0]] += len(routes)
-        self._pending_floor.setdefault(cause[0], cause[1])
+        self._pending_floor.setdefault(source, rv)
         if not self._scheduled:
             self._publish()
 
@@ -447,14 +462,14 @@ class ChangeLog:
             self._scheduled = True
             loop.call_soon(self._publish)
 
-    def _record(self, chunk: list[tuple[str, tuple[Source, int]]]) -> None:
+    def _record(self, chunk: list[tuple[str, Cause]]) -> None:
         touched: dict[tuple[str, str | None], History] = {}
         line = self.service.line
         start = self.seq
         lasts: dict[str, int] = {}  # the last change of each view in this chunk
         lowest: dict[Source, int] = {}  # each cause's version, the lowest per informer
         count = self._pending_count
-        for route, (source, rv) in chunk:
+        for route, (source, rv, by) in chunk:
             count[source] -= 1
             if count[source] <= 0:
                 del count[source]
@@ -497,6 +512,7 @@ class ChangeLog:
                     rv,
                     plain_before,
                     plain_after,
+                    by,
                 )
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))

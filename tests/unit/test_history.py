@@ -15,6 +15,7 @@ from slo_api.kube import KubeError, Resource
 from slo_api.service import Service, Target
 from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr
 from tests.unit.fakes import FakeKube
+from tests.unit.test_feed import Reader
 
 PLURAL = "llmslorequirements"
 LLM = LLMKind(Resource("inference.modelsphere.dev", "v1alpha1", PLURAL))
@@ -227,3 +228,36 @@ async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
             {"field": "maximumDeployment", "from": bound, "to": None},
         ]
         assert "maximumDeployment" not in entry["after"]
+
+
+async def test_stream_events_of_a_recorded_change_say_who_made_it(start: Started) -> None:
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
+    async with start(kube, watch_flush_seconds=0) as (client, app):
+        await _ready(app)
+        rt = app.state.runtime
+        reader = Reader(rt.feed, rt.feed.open("summary", None))
+        await reader.settle()
+        put = await client.put(
+            "/routes/a", json={"priority": 6}, headers={**AUTH, "X-Request-Id": "req-1"}
+        )
+        assert put.status_code == 200
+        # A change made around slo-api, as the informer stores it.
+        around = copy.deepcopy(rt.index.get(PLURAL, "ns", "cr-1"))
+        around["spec"]["priority"] = 4
+        around["metadata"]["resourceVersion"] = "900"
+        around["metadata"]["managedFields"] = _managed(
+            ("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"])
+        )
+        rt.index.upsert(PLURAL, around)
+        await reader.settle()
+        modified = [e for e in reader.events if e["type"] == "MODIFIED"]
+        await reader.stop()
+    assert [e["object"]["priority"] for e in modified][:2] == [6, 4]
+    assert modified[0]["by"] == {"actor": "token:write", "via": "slo-api", "requestId": "req-1"}
+    assert modified[1]["by"] == {
+        "actor": "kubectl-patch",
+        "via": "kubectl-patch",
+        "requestId": None,
+    }
+    assert len(modified) == 2
+    assert all("by" not in e for e in reader.events if e["type"] == "ADDED")
