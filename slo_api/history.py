@@ -24,11 +24,12 @@ that task first, so a caller reads its own change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -210,6 +211,9 @@ class History:
         self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._by: OrderedDict[int, Obj] = OrderedDict()
+        # Writes under way through this replica, by CR: their informer event may be stored
+        # before their result, outside the request (then who made it is known from here).
+        self._writing: dict[tuple[str, str, str], tuple[str, str | None]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -227,12 +231,27 @@ class History:
             return {"actor": mine[0], "via": SELF, "requestId": mine[1]}
         return self._by.get(rv)
 
-    def _seen(self, obj: Obj, manager: str) -> None:
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    @contextlib.contextmanager
+    def writing(self, target: Target, actor: str, request_id: str | None) -> Iterator[None]:
+        """Around a write through this replica: whom a change of its CR is attributed to."""
+        key = (target.kind.resource.plural, target.namespace, target.name)
+        self._writing[key] = (actor, request_id)
+        try:
+            yield
+        finally:
+            self._writing.pop(key, None)
+
+    def _seen(self, plural: str, obj: Obj, manager: str) -> None:
+        meta = obj.get("metadata") or {}
+        rv = str(meta.get("resourceVersion", ""))
         if not rv.isdigit():
             return
-        actor = None if manager == SELF else manager
-        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": None}
+        actor, request_id = None if manager == SELF else manager, None
+        if manager == SELF:
+            mine = self._writing.get((plural, str(meta.get("namespace")), str(meta.get("name"))))
+            if mine is not None:
+                actor, request_id = mine
+        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": request_id}
         if len(self._by) > BY_KEPT:
             self._by.popitem(last=False)
 
@@ -262,7 +281,7 @@ class History:
         if not changes:
             return
         manager, when = changed_by(new, [c["field"] for c in changes])
-        self._seen(new, manager)
+        self._seen(plural, new, manager)
         if manager == SELF:  # the replica that wrote it records it, with the caller
             return
         entry = self._entry(kind, new, manager, manager, None, changes, when or _now())

@@ -184,14 +184,16 @@ async def put_route(
         ):
             raise ApiError(415, "send the body as application/json")
         data = parse_object(await request.body())
-        write.result = await rt.service.write(
-            target,
-            data,
-            if_match=parse_if_match(if_match),
-            dry_run=dry_run,
-            pools=await rt.access.pools(caller, target),
-            force=force,
-        )
+        pools = await rt.access.pools(caller, target)
+        with rt.history.writing(target, caller.name, request_id.get()):
+            write.result = await rt.service.write(
+                target,
+                data,
+                if_match=parse_if_match(if_match),
+                dry_run=dry_run,
+                pools=pools,
+                force=force,
+            )
         write.outcome = 200
         if not dry_run:
             _record_event(request, caller, write)
@@ -214,13 +216,15 @@ async def delete_route(
     with _audited(request, route, caller, dry_run) as write:
         target = write.target = await rt.access.resolve(caller, route)
         await rt.access.require(caller, "patch", target)
-        write.result = await rt.service.reset(
-            target,
-            if_match=parse_if_match(if_match),
-            dry_run=dry_run,
-            pools=await rt.access.pools(caller, target),
-            force=force,
-        )
+        pools = await rt.access.pools(caller, target)
+        with rt.history.writing(target, caller.name, request_id.get()):
+            write.result = await rt.service.reset(
+                target,
+                if_match=parse_if_match(if_match),
+                dry_run=dry_run,
+                pools=pools,
+                force=force,
+            )
         headers = {"ETag": write.result.etag, **_warning(write.result)}
         if dry_run:
             write.outcome = 200

@@ -201,9 +201,8 @@ WATCH_EVENT = {
                 "the route history records, who made it, as the history names it: `actor`, "
                 "`via` (`slo-api` or the field manager) and `requestId`. Through the replica "
                 "that wrote it: the caller and request id; through another replica: only "
-                "`via: slo-api` (so also when this replica's informer stored the write's event "
-                "before its result); around slo-api: the field manager. Absent when not known "
-                "(route history off, a relist, a change the history does not record)."
+                "`via: slo-api` (`actor` null); around slo-api: the field manager. Absent when "
+                "not known (route history off, a relist, a change the history does not record)."
             ),
             "properties": {
                 "actor": {"type": ["string", "null"]},

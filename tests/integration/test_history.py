@@ -20,6 +20,7 @@ from tests.integration import crs
 from tests.integration.process import TOKEN as PROCESS_TOKEN
 from tests.integration.process import start_process
 from tests.integration.service import RunningService, running
+from tests.integration.test_watch_stream import Stream, initial, served
 
 pytestmark = pytest.mark.integration
 
@@ -240,3 +241,32 @@ async def test_sloctl_revert_restores_an_entry_and_refuses_on_a_concurrent_chang
     finally:
         process.proc.terminate()
         process.proc.wait(timeout=30)
+
+
+async def test_stream_events_of_a_recorded_change_say_who_made_it(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with served(slo_api_kubeconfig) as (service, client):
+        await service.eventually(_indexed(service, route), what="indexed")
+        request = client.build_request("GET", "/config", params={"watch": "true"})
+        response = await client.send(request, stream=True)
+        try:
+            assert response.status_code == 200, await response.aread()
+            stream = Stream(response)
+            await stream.until(initial)
+            put = await client.put(
+                f"/routes/{route}", json={"priority": 3}, headers={"X-Request-Id": "rq-9"}
+            )
+            assert put.status_code == 200, put.text
+
+            def priority(value: int) -> Any:
+                return lambda e: e["type"] == "MODIFIED" and e["object"]["priority"] == value
+
+            mine = (await stream.until(priority(3)))[-1]
+            _patch_around(admin, ns, {"spec": {"priority": 7}}, "kubectl-patch")
+            around = (await stream.until(priority(7)))[-1]
+        finally:
+            await response.aclose()
+    assert mine["by"] == {"actor": "token:write", "via": "slo-api", "requestId": "rq-9"}
+    assert around["by"] == {"actor": "kubectl-patch", "via": "kubectl-patch", "requestId": None}

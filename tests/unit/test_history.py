@@ -261,3 +261,19 @@ async def test_stream_events_of_a_recorded_change_say_who_made_it(start: Started
     }
     assert len(modified) == 2
     assert all("by" not in e for e in reader.events if e["type"] == "ADDED")
+
+
+def test_a_writes_event_stored_before_its_result_still_names_the_caller() -> None:
+    history = History(FakeKube({}), [LLM], 20)  # type: ignore[arg-type]
+    before = llm_cr("cr-1", route="a", priority=1)
+    after = copy.deepcopy(before)
+    after["spec"]["priority"] = 2
+    after["metadata"]["resourceVersion"] = "600"
+    after["metadata"]["managedFields"] = _managed(("slo-api", "2026-01-04T00:00:00Z", ["priority"]))
+    with history.writing(Target.of("a", LLM, before), "token:write", "rq-3"):
+        history.observe(PLURAL, lambda: before, after)
+    assert history.by(600) == {"actor": "token:write", "via": "slo-api", "requestId": "rq-3"}
+    # Seen as another replica sees it: only the field manager.
+    other = History(FakeKube({}), [LLM], 20)  # type: ignore[arg-type]
+    other.observe(PLURAL, lambda: before, after)
+    assert other.by(600) == {"actor": None, "via": "slo-api", "requestId": None}
