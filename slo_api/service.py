@@ -23,6 +23,10 @@ WRITE_ATTEMPTS = 5
 STALE_ETAG = "the route changed since the ETag you sent: read it again and retry"
 
 
+# (kind name, namespace) pairs a caller may list: what access, /config and the stream share.
+Allowed = frozenset[tuple[str, str]]
+
+
 @dataclass(frozen=True)
 class Target:
     """The one CR a route resolved to, once per request.
@@ -161,9 +165,7 @@ class Service:
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
 
-    def full_view(
-        self, claims: Sequence[tuple[str, str]], allowed: frozenset[tuple[str, str]] | None
-    ) -> str:
+    def full_view(self, claims: Sequence[tuple[str, str]], allowed: Allowed | None) -> str:
         """The line view of a route's full item for a caller who may list `allowed` (None:
         everything), the route claimed by `claims` ((kind, namespace) pairs): a member's `pool`
         is shown only where the caller may list (so read) the pools of its namespace. The one

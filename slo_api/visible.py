@@ -12,9 +12,8 @@ import hashlib
 from collections.abc import Callable
 
 from slo_api.index import CRIndex
-from slo_api.service import Service
+from slo_api.service import Allowed, Service
 
-Allowed = frozenset[tuple[str, str]]
 ROUTE_LISTS = 64
 PAGES = 256
 

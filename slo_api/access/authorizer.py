@@ -25,12 +25,10 @@ from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, PoolLookup
 from slo_api.kube import Kube
 from slo_api.metrics import Metrics
-from slo_api.service import Service, Target
+from slo_api.service import Allowed, Service, Target
 from slo_api.settings import Settings
 
 READ_VERBS = frozenset({"get", "list", "watch"})
-# (kind name, namespace) pairs a caller may list (and, for a stream, watch).
-Allowed = frozenset[tuple[str, str]]
 # Per kind name, per namespace holding its CRs, the API groups of the copies shown there.
 Held = Mapping[str, Mapping[str, Iterable[str]]]
 

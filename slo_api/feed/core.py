@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
-from slo_api.feed.history import BLOCK, VIEWS, Allowed, ChangeLog, Expired, History, shown
+from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History, shown
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
-from slo_api.service import Service
+from slo_api.service import Allowed, Service
 
 log = logging.getLogger("slo_api.feed")
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from slo_api.feed.history import Allowed, ChangeLog, History
+from slo_api.feed.history import ChangeLog, History
 from slo_api.feed.registry import Stream
+from slo_api.service import Allowed
 
 # Most bytes per write: what a stream holds beyond the history's shared bytes is one write.
 WRITE_BYTES = 256 * 1024

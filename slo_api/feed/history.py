@@ -35,12 +35,11 @@ import orjson
 
 from slo_api.feed import framing
 from slo_api.index import Source
-from slo_api.service import Service
+from slo_api.service import Allowed, Service
 
 VIEWS = ("summary", "full")
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
-Allowed = frozenset[tuple[str, str]]  # (kind name, namespace) pairs a caller may list
 Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
 Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
 NOWHERE: Source = ("", "", "")

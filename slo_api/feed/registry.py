@@ -13,7 +13,8 @@ from collections import Counter
 from typing import Protocol
 
 from slo_api.errors import ApiError
-from slo_api.feed.history import Allowed, History
+from slo_api.feed.history import History
+from slo_api.service import Allowed
 
 log = logging.getLogger("slo_api.feed")
 
