@@ -35,11 +35,11 @@ from typing import Any
 
 import orjson
 
-from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
 from slo_api.service import Target
+from slo_api.upstream import failure
 
 log = logging.getLogger("slo_api.history")
 
@@ -181,22 +181,6 @@ def _entries(cm: Obj) -> list[Obj]:
 def _owned_by(cm: Obj, uid: str) -> bool:
     refs = (cm.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
-
-
-def _read_error(exc: KubeError) -> ApiError:
-    """What a caller is told when the history cannot be read (never the ConfigMap's name)."""
-    if isinstance(exc, KubeTimeout):
-        return ApiError(504, "the Kubernetes API server did not answer in time")
-    if exc.status in (401, 403):
-        log.error(
-            "RBAC: the API server refused slo-api reading a route's history (%s %s); check "
-            "it may get, create and update configmaps (ClusterRole slo-api:history)",
-            exc.status,
-            exc.reason,
-        )
-    return ApiError(
-        502, "the Kubernetes API server failed reading the history", code="upstream_error"
-    )
 
 
 class History:
@@ -410,7 +394,11 @@ class History:
         except KubeError as exc:
             if exc.status == 404:
                 return []
-            raise _read_error(exc) from None
+            raise failure(
+                exc,
+                "reading a route's history",
+                "that it may get, create and update configmaps (ClusterRole slo-api:history)",
+            ) from None
         if not _owned_by(cm, target.uid):
             return []
         return sorted(_entries(cm), key=_order, reverse=True)
