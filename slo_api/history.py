@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
 from slo_api.service import Target
 from slo_api.upstream import failure
@@ -46,6 +46,8 @@ log = logging.getLogger("slo_api.history")
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
 STORE_ATTEMPTS = 5
+# What to check when the API server refuses slo-api the history's ConfigMaps.
+ROLE = "that it may get, create and update configmaps (ClusterRole slo-api:history)"
 LABEL = "slo-api.modelsphere.dev/history-of"
 MAX_NAME = 253
 # Who made the most recent changes seen by the informers, by resourceVersion: what the change
@@ -317,6 +319,11 @@ class History:
                         entries = [entry for _, _, entry in batch[start:end]]
                         try:
                             await self._store(key, owner, kind, entries)
+                        except KubeError as exc:
+                            self._count("failed", len(entries))
+                            log_failure(
+                                log, exc, "storing history entries in {}/{}".format(*key), ROLE
+                            )
                         except Exception:
                             self._count("failed", len(entries))
                             log.exception("history entries could not be stored in %s/%s", *key)
@@ -394,11 +401,7 @@ class History:
         except KubeError as exc:
             if exc.status == 404:
                 return []
-            raise failure(
-                exc,
-                "reading a route's history",
-                "that it may get, create and update configmaps (ClusterRole slo-api:history)",
-            ) from None
+            raise failure(exc, "reading a route's history", ROLE) from None
         if not _owned_by(cm, target.uid):
             return []
         return sorted(_entries(cm), key=_order, reverse=True)

@@ -197,6 +197,7 @@ def _env_has_nothing_for_aiohttp() -> bool:
     return not os.path.exists(netrc)
 
 
+# Reads a raw response into what a call returns (and raises a non-2xx one).
 Reader = Callable[[Any], Awaitable[Any]]
 
 
