@@ -46,6 +46,17 @@ class Recorder:
         return self.answer or web.json_response({"kind": "Thing", "metadata": {}})
 
 
+def kube_at(port: int, observed: list[tuple[str, str]]) -> Kube:
+    """A Kube of the real client, on loopback `port`, whose upstream metrics go to `observed`."""
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    return Kube(
+        client.ApiClient(configuration),
+        timeout=5,
+        observe=lambda verb, code, _: observed.append((verb, code)),
+    )
+
+
 @pytest.fixture
 async def recorder() -> AsyncIterator[tuple[Recorder, Kube, list[tuple[str, str]]]]:
     recorder = Recorder()
@@ -55,14 +66,8 @@ async def recorder() -> AsyncIterator[tuple[Recorder, Kube, list[tuple[str, str]
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{runner.addresses[0][1]}"
     observed: list[tuple[str, str]] = []
-    kube = Kube(
-        client.ApiClient(configuration),
-        timeout=5,
-        observe=lambda verb, code, _: observed.append((verb, code)),
-    )
+    kube = kube_at(runner.addresses[0][1], observed)
     try:
         yield recorder, kube, observed
     finally:
@@ -152,14 +157,8 @@ async def test_no_api_server_is_unavailable_for_a_call_and_a_watch() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{port}"
     observed: list[tuple[str, str]] = []
-    kube = Kube(
-        client.ApiClient(configuration),
-        timeout=5,
-        observe=lambda verb, code, _: observed.append((verb, code)),
-    )
+    kube = kube_at(port, observed)
     try:
         with pytest.raises(KubeUnavailable, match="cannot reach the API server"):
             await kube.get(RES, "team-a", "a")
