@@ -37,6 +37,9 @@ def _default(value: object) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, float):
         return f"`{value:g}`"
+    if isinstance(value, tuple | list | frozenset):
+        # A list setting is written as the environment spells it: comma-separated.
+        return _default(",".join(str(v) for v in value))
     return f"`{value}`"
 
 
@@ -52,6 +55,8 @@ def _accepts(field: FieldInfo) -> str:
         return "`true`, `false`"
     if annotation is Path:
         return "a path"
+    if typing.get_origin(annotation) in (tuple, list, frozenset):
+        return "a comma-separated list"
     if annotation is int:
         kind = "integer"
     elif annotation is float:

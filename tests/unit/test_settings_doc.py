@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic.fields import FieldInfo
 
-from release.docs import BEGIN, END, OPERATING, table, update
+from release.docs import BEGIN, END, OPERATING, _accepts, _default, table, update
 from slo_api.settings import Settings
 
 
@@ -40,3 +41,9 @@ def test_without_the_markers_nothing_is_written() -> None:
         update(OPERATING.read_text().replace(BEGIN, ""))
     with pytest.raises(ValueError, match="markers"):
         update(OPERATING.read_text().replace(END, ""))
+
+
+def test_a_list_setting_is_shown_as_the_environment_spells_it() -> None:
+    assert _default(("argocd-controller", "helm")) == "`argocd-controller,helm`"
+    assert _default(()) == "—"
+    assert _accepts(FieldInfo(annotation=tuple[str, ...], default=())) == "a comma-separated list"
