@@ -158,8 +158,8 @@ class KindWatch:
                     log_failure(
                         log,
                         exc,
-                        f"{self.kind.resource.plural}: the discovery of its API groups",
-                        "its credentials",
+                        f"the discovery of the API groups of {self.kind.resource.plural}",
+                        "its credentials and roles",
                         f"; retrying in {delay:.1f}s",
                     )
                     await self._pause(delay)

@@ -166,7 +166,7 @@ class Informer:
                 self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
                 delay = exc.retry_after or self.backoff.next()
                 log_failure(
-                    log, exc, f"{self._name}: the list/watch", ROLE, f"; retrying in {delay:.1f}s"
+                    log, exc, f"the list/watch of {self._name}", ROLE, f"; retrying in {delay:.1f}s"
                 )
                 if exc.retry_after:
                     await _sleep(delay)  # the API server said how long: no probe needed
@@ -374,7 +374,7 @@ class Informer:
                     await _sleep(delay)
                     continue
                 if exc.rbac:
-                    log_failure(log, exc, f"{self._name}: the watch", ROLE)
+                    log_failure(log, exc, f"the watch of {self._name}", ROLE)
                 raise _Relist("relist", str(exc)) from None
             else:
                 ended = "closed"
