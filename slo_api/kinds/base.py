@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, ClassVar
@@ -219,6 +220,8 @@ class Kind(ABC):
 
     name: ClassVar[str]
     body_model: ClassVar[type[Body]]
+    # What DELETE sets: the CRD's defaults of the client-owned fields, as `spec` fields.
+    reset_spec: ClassVar[Obj]
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
     groups_routes: ClassVar[bool] = False
 
@@ -253,9 +256,14 @@ class Kind(ABC):
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         """The `spec` part of the merge patch for a validated body."""
 
-    @abstractmethod
     def reset_patch(self, current: Obj) -> Obj:
         """The `spec` part of the merge patch that DELETE sends."""
+        return copy.deepcopy(self.reset_spec)
+
+    @classmethod
+    def reset_body(cls) -> Obj:
+        """What DELETE sets, in the API's fields (the OpenAPI document's `x-reset`)."""
+        return copy.deepcopy(cls.reset_spec)
 
     @abstractmethod
     def api_field(self, spec_field: str) -> str:

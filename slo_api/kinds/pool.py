@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -113,6 +113,12 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
+    reset_spec: ClassVar[Obj] = {
+        "swapPolicy": "sticky",
+        "swapBudget": "300s",
+        "default": None,
+        "reclaimAfter": None,
+    }
     groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
@@ -187,8 +193,9 @@ class PoolKind(Kind):
             )
         return patch
 
-    def reset_patch(self, current: Obj) -> Obj:
-        return {"swapPolicy": "sticky", "swapBudget": "300s", "default": None, "reclaimAfter": None}
+    @classmethod
+    def reset_body(cls) -> Obj:
+        return {"pool": super().reset_body()}
 
     def api_field(self, spec_field: str) -> str:
         if spec_field.startswith("members"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -54,6 +54,12 @@ def _bound(obj: Any) -> Obj | None:
 
 class SLOKind(Kind):
     """LLMSLORequirement and JobSLORequirement: routes named by spec.serviceId."""
+
+    reset_spec: ClassVar[Obj] = {
+        "priority": 0,
+        "minimumDeployment": {"type": "replica", "value": 1},
+        "maximumDeployment": None,
+    }
 
     def route_of(self, obj: Obj) -> str:
         service_id = spec(obj).get("serviceId")
@@ -134,13 +140,6 @@ class SLOKind(Kind):
             # false lowers only "high" (10) to 0; a tier 1..9 that someone chose stays.
             return HIGH_PRIORITY if high else 0
         return None
-
-    def reset_patch(self, current: Obj) -> Obj:
-        return {
-            "priority": 0,
-            "minimumDeployment": {"type": "replica", "value": 1},
-            "maximumDeployment": None,
-        }
 
     def api_field(self, spec_field: str) -> str:
         return spec_field
