@@ -40,7 +40,10 @@ class Error(BaseModel):
 
 
 class Summary(BaseModel):
-    """One route in `GET /config`: the fields that apply to its kind, or `ambiguous`."""
+    """One route in `GET /config`: the fields that apply to its kind, or `ambiguous`.
+
+    `x-summary` names each kind's fields and where they stand in its body (dotted).
+    """
 
     route: str
     kind: str | None = None
@@ -246,11 +249,13 @@ def add_components(openapi: dict[str, Any]) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    # Clients (the demo page) read a body's kind and what DELETE resets it to from here.
+    # Clients (the demo page) read a body's kind and what DELETE resets it to from here, and
+    # which fields of a body make its summary.
     for kind in KINDS:
         schemas[kind.body_model.__name__].update(
             {"x-kind": kind.name, "x-reset": kind.reset_body()}
         )
+    schemas["Summary"]["x-summary"] = {kind.name: dict(kind.summary_fields) for kind in KINDS}
     openapi["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     for path, operations in openapi.get("paths", {}).items():
         if path.startswith(("/routes", "/config")):

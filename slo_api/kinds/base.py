@@ -102,6 +102,18 @@ def present(**fields: Any) -> Obj:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def dig(body: Obj, path: str) -> Any:
+    """The value at a dotted path of a body, or None where a step is missing."""
+    value: Any = body
+    for step in path.split("."):
+        value = value.get(step) if isinstance(value, dict) else None
+    return value
+
+
+def _no_pools(namespace: str, route: str) -> Obj | None:
+    return None  # a summary shows no pool
+
+
 def check_read_only(name: str, sent: Any, current: Any) -> None:
     if sent != current:
         raise invalid(
@@ -220,6 +232,10 @@ class Kind(ABC):
 
     name: ClassVar[str]
     body_model: ClassVar[type[Body]]
+    # A summary's fields beside route and kind, each with where it stands in the route's body
+    # (dotted). The summary is that part of the body, so a client that holds bodies (the page,
+    # from the change stream) derives it as the server does: the OpenAPI document's `x-summary`.
+    summary_fields: ClassVar[dict[str, str]]
     # What DELETE sets: the CRD's defaults of the client-owned fields, as `spec` fields.
     reset_spec: ClassVar[Obj]
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
@@ -248,9 +264,14 @@ class Kind(ABC):
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
         """The route's body as GET answers it."""
 
-    @abstractmethod
     def summary(self, obj: Obj) -> Obj:
-        """The route's line in `GET /config`."""
+        """The route's line in `GET /config`: `summary_fields` picked from its body."""
+        body = self.project(obj, _no_pools)
+        return {
+            "route": body["route"],
+            "kind": body["kind"],
+            **present(**{name: dig(body, path) for name, path in self.summary_fields.items()}),
+        }
 
     @abstractmethod
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:

@@ -113,6 +113,11 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
+    summary_fields: ClassVar[dict[str, str]] = {
+        "swapPolicy": "pool.swapPolicy",
+        "swapBudget": "pool.swapBudget",
+        "residentMember": "status.residentMember",
+    }
     reset_spec: ClassVar[Obj] = {
         "swapPolicy": "sticky",
         "swapBudget": "300s",
@@ -146,18 +151,6 @@ class PoolKind(Kind):
             "kind": self.name,
             "pool": self.settings(obj),
             "status": status_view(obj),
-        }
-
-    def summary(self, obj: Obj) -> Obj:
-        s = spec(obj)
-        return {
-            "route": self.route_of(obj),
-            "kind": self.name,
-            **present(
-                swapPolicy=s.get("swapPolicy"),
-                swapBudget=s.get("swapBudget"),
-                residentMember=status_view(obj)["residentMember"],
-            ),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:

@@ -55,6 +55,10 @@ def _bound(obj: Any) -> Obj | None:
 class SLOKind(Kind):
     """LLMSLORequirement and JobSLORequirement: routes named by spec.serviceId."""
 
+    summary_fields: ClassVar[dict[str, str]] = {
+        name: name
+        for name in ("highPriority", "priority", "minimumDeployment", "maximumDeployment")
+    }
     reset_spec: ClassVar[Obj] = {
         "priority": 0,
         "minimumDeployment": {"type": "replica", "value": 1},
@@ -78,9 +82,6 @@ class SLOKind(Kind):
                 maximumDeployment=_bound(s.get("maximumDeployment")),
             ),
         }
-
-    def summary(self, obj: Obj) -> Obj:
-        return self.common(obj)
 
     def pool_view(self, obj: Obj, pools: PoolLookup) -> Obj | None:
         meta = obj.get("metadata", {})

@@ -7,6 +7,7 @@
 import { API, state, emit } from "./state.js";
 import { $ } from "./dom.js";
 import { applyChange, byRoute, routesChanged, setRoutes, summaryOf } from "./routes.js";
+import { loadSchema } from "./schema.js";
 
 const RETRY_MAX_MS = 15000;
 // The server sends a bookmark at least every 15 s (WATCH_BOOKMARK_SECONDS): a stream silent
@@ -74,6 +75,8 @@ async function readStream(mine) {
 }
 
 async function readEvents(request, heard) {
+  // Its items become summaries as the schema says (summaryOf): read it first.
+  if (!(await loadSchema()).ok) return "lost";
   const url = API + "config?watch=true&view=full" + (since ? "&since=" + encodeURIComponent(since) : "");
   const response = await fetch(url, {
     headers: { Accept: "application/x-ndjson", Authorization: "Bearer " + state.token },

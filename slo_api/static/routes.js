@@ -3,6 +3,7 @@
 
 import { PAGE_SIZE, state, emit } from "./state.js";
 import { api } from "./api.js";
+import { summaryFields } from "./schema.js";
 
 // Every summary, page by page until `total` are read: { ok: true, items }, or the failed
 // answer of the page that could not be read.
@@ -39,17 +40,19 @@ export async function refreshRoutes() {
   if (result.ok) replaceRoutes(result.items);
 }
 
-// A full /config item (what the change stream carries) as the summary item the list shows;
-// summary items pass through unchanged.
+// A full /config item (what the change stream carries) as the summary item the list shows,
+// picked as the server picks it (the schema's summary fields; unset ones left out). An
+// ambiguous item, or one of a kind the schema does not name, is shown as it came.
 export function summaryOf(item) {
   if (!item || item.ambiguous) return item;
-  if (item.kind === "pool" && item.pool) {
-    return { route: item.route, kind: "pool", swapPolicy: item.pool.swapPolicy, swapBudget: item.pool.swapBudget,
-             residentMember: (item.status || {}).residentMember || null };
+  const fields = summaryFields(item.kind);
+  if (!fields) return item;
+  const summary = { route: item.route, kind: item.kind };
+  for (const [name, path] of Object.entries(fields)) {
+    const value = path.split(".").reduce((v, step) => (v && typeof v === "object" ? v[step] : undefined), item);
+    if (value !== undefined && value !== null) summary[name] = value;
   }
-  if (item.kind === "pool") return item;
-  return { route: item.route, kind: item.kind, highPriority: item.highPriority, priority: item.priority,
-           minimumDeployment: item.minimumDeployment, maximumDeployment: item.maximumDeployment };
+  return summary;
 }
 
 // One change-stream event (full view) applied in place; not announced (see setRoutes).

@@ -1,6 +1,7 @@
-// What the API accepts, read from its OpenAPI document (openapi.json) rather than restated
-// here: the choices of the form's selects and the values a reset sets. Each body schema names
-// its kind (`x-kind`) and what DELETE resets it to (`x-reset`, in the API's fields).
+// What the API accepts and answers, read from its OpenAPI document (openapi.json) rather than
+// restated here: the choices of the form's selects, the values a reset sets, and which fields
+// of a body make its summary. Each body schema names its kind (`x-kind`) and what DELETE resets
+// it to (`x-reset`, in the API's fields); the Summary schema each kind's fields (`x-summary`).
 
 import { api } from "./api.js";
 
@@ -70,4 +71,9 @@ export function swapPolicies() {
 // What DELETE sets, in the API's fields (a pool's under `pool`).
 export function resetValues(kind) {
   return bodyOf(kind)["x-reset"];
+}
+
+// A summary's fields for a kind, each with where it stands in the route's body (dotted).
+export function summaryFields(kind) {
+  return named("Summary")["x-summary"][kind] || null;
 }
