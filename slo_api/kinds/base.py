@@ -102,14 +102,6 @@ def present(**fields: Any) -> Obj:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def dig(body: Obj, path: str) -> Any:
-    """The value at a dotted path of a body, or None where a step is missing."""
-    value: Any = body
-    for step in path.split("."):
-        value = value.get(step) if isinstance(value, dict) else None
-    return value
-
-
 def _no_pools(namespace: str, route: str) -> Obj | None:
     return None  # a summary shows no pool
 
@@ -249,6 +241,9 @@ class Kind(ABC):
             group: Resource(group, resource.version, resource.plural) for group in self.groups
         }
         self.resource = self.resources[self.groups[0]]
+        self._summary_steps = tuple(
+            (name, tuple(path.split("."))) for name, path in self.summary_fields.items()
+        )
 
     def resource_of(self, obj: Obj) -> Resource:
         """Where a CR the index holds lives: the group of its apiVersion (writes go there)."""
@@ -264,14 +259,22 @@ class Kind(ABC):
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
         """The route's body as GET answers it."""
 
+    def summary_body(self, obj: Obj) -> Obj:
+        """The route's body, or the part of it that holds every summary field."""
+        return self.project(obj, _no_pools)
+
     def summary(self, obj: Obj) -> Obj:
         """The route's line in `GET /config`: `summary_fields` picked from its body."""
-        body = self.project(obj, _no_pools)
-        return {
-            "route": body["route"],
-            "kind": body["kind"],
-            **present(**{name: dig(body, path) for name, path in self.summary_fields.items()}),
-        }
+        body = self.summary_body(obj)
+        summary = {"route": body["route"], "kind": body["kind"]}
+        # Every /config page and summary stream renders this once per change of each route.
+        for name, steps in self._summary_steps:
+            value: Any = body
+            for step in steps:
+                value = value.get(step) if isinstance(value, dict) else None
+            if value is not None:
+                summary[name] = value
+        return summary
 
     @abstractmethod
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:

@@ -83,6 +83,9 @@ class SLOKind(Kind):
             ),
         }
 
+    def summary_body(self, obj: Obj) -> Obj:
+        return self.common(obj)  # the body's first part: its summary fields and no more
+
     def pool_view(self, obj: Obj, pools: PoolLookup) -> Obj | None:
         meta = obj.get("metadata", {})
         return pools(str(meta.get("namespace", "")), self.route_of(obj))
