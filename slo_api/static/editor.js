@@ -219,8 +219,7 @@ async function saveNow(force) {
   if (result.status === 412) {
     setStatus("Not saved: " + route + " was changed elsewhere since you loaded it. " +
               "Reload to see the current values (your edits here will be lost).", "error",
-              [h("button", { type: "button", class: "primary", text: "Reload route",
-                             onclick: () => selectRoute(route, true) })]);
+              [reloadButton(route)]);
     return;
   }
   if (handleCommon(result)) return;
@@ -251,8 +250,7 @@ async function resetNow(force) {
   }
   if (result.status === 412) {
     setStatus("Not reset: " + route + " was changed elsewhere since you loaded it.", "error",
-              [h("button", { type: "button", class: "primary", text: "Reload route",
-                             onclick: () => selectRoute(route, true) })]);
+              [reloadButton(route)]);
     return;
   }
   if (!handleCommon(result)) setStatus("Not reset: " + describe(result.error), "error");

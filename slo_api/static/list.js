@@ -4,7 +4,7 @@ import { KIND_LABELS, state, emit } from "./state.js";
 import { $, h } from "./dom.js";
 
 export function boundText(bound) {
-  return bound ? bound.value + " " + (bound.type || "replica") : "none";
+  return bound ? bound.value + " " + bound.type : "none"; // the server names the type
 }
 
 export function summaryText(item) {
