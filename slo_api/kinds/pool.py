@@ -8,18 +8,16 @@ from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
-    GO_DURATION_MAX,
-    GO_DURATION_PATTERN,
     Body,
     Kind,
     Managed,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_ns,
     present,
     spec,
 )
+from slo_api.kinds.goduration import GO_DURATION_MAX, GO_DURATION_PATTERN, go_duration_ns
 
 _NULLABLE = ("default", "reclaimAfter")
 
