@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from slo_api.errors import ApiError, invalid
+from slo_api.errors import invalid, invalid_fields
 from slo_api.index import group_of
 from slo_api.kube import Resource
 
@@ -31,32 +31,6 @@ Managed = Annotated[
         "(a change to one is 409 field_managed unless force=true); ignored when echoed."
     ),
 ]
-
-
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """`("ttft", "default", "metrics", 0, "threshold")` -> `ttft.default.metrics[0].threshold`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def validation_error(exc: ValidationError, kind: str) -> ApiError:
-    causes = []
-    for error in exc.errors(include_url=False, include_input=False):
-        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and "[" in p))
-        field = field_path(loc)
-        if error["type"] == "extra_forbidden":
-            message = f"{field} is not a field of {kind} routes"
-        elif error["type"] == "missing":
-            message = f"{field} is required"
-        else:
-            message = f"{field}: {error['msg']}"
-        causes.append({"field": field, "message": message})
-    return invalid(causes[0]["message"], field=causes[0]["field"], causes=causes)
 
 
 def spec(obj: Obj) -> Obj:
@@ -161,7 +135,9 @@ class Kind(ABC):
         try:
             return self.body_model.model_validate(data)
         except ValidationError as exc:
-            raise validation_error(exc, self.name) from None
+            raise invalid_fields(
+                exc.errors(include_url=False, include_input=False), f"{self.name} routes"
+            ) from None
 
     def translate_field(self, field: str) -> str:
         if field.startswith("spec."):
