@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from slo_api.errors import ApiError
+from slo_api.index import resource_version, rv_number
 from slo_api.kinds.base import Kind, Obj, spec
 from slo_api.kube import Kube, KubeError, KubeTimeout
 from slo_api.metrics import Metrics
@@ -243,15 +244,15 @@ class History:
 
     def _seen(self, plural: str, obj: Obj, manager: str) -> None:
         meta = obj.get("metadata") or {}
-        rv = str(meta.get("resourceVersion", ""))
-        if not rv.isdigit():
+        rv = rv_number(obj)
+        if rv is None:
             return
         actor, request_id = None if manager == SELF else manager, None
         if manager == SELF:
             mine = self._writing.get((plural, str(meta.get("namespace")), str(meta.get("name"))))
             if mine is not None:
                 actor, request_id = mine
-        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": request_id}
+        self._by[rv] = {"actor": actor, "via": manager, "requestId": request_id}
         if len(self._by) > BY_KEPT:
             self._by.popitem(last=False)
 
@@ -297,9 +298,8 @@ class History:
         changes: list[Obj],
         when: str,
     ) -> Obj:
-        rv = str((after.get("metadata") or {}).get("resourceVersion", ""))
         return {
-            "id": rv,
+            "id": resource_version(after),
             "time": when,
             "actor": actor,
             "via": via,

@@ -8,11 +8,10 @@ polling its pages pays a few dictionary look-ups, as a static-token caller does.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 from slo_api.index import CRIndex
-from slo_api.service import Allowed, Service
+from slo_api.service import Allowed, Service, weak_etag
 
 ROUTE_LISTS = 64
 PAGES = 256
@@ -68,7 +67,7 @@ class VisiblePages:
             body = self.service.render_page(
                 self._visible(allowed, kind), page, page_size, full, line
             )
-            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+            etag = weak_etag(body)
             if len(self._pages) >= PAGES:
                 del self._pages[next(iter(self._pages))]
             cached = self._pages[key] = (body, etag)
