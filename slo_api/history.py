@@ -28,13 +28,13 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError
 from slo_api.index import resource_version, rv_number
 from slo_api.kinds.base import Kind, Obj, spec
@@ -211,7 +211,7 @@ class History:
         # Per ConfigMap: entries waiting to be stored, and the one task storing them.
         self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._by: OrderedDict[int, Obj] = OrderedDict()
+        self._by: BoundedDict[int, Obj] = BoundedDict(BY_KEPT)
         # Writes under way through this replica, by CR: their informer event may be stored
         # before their result, outside the request (then who made it is known from here).
         self._writing: dict[tuple[str, str, str], tuple[str, str | None]] = {}
@@ -253,8 +253,6 @@ class History:
             if mine is not None:
                 actor, request_id = mine
         self._by[rv] = {"actor": actor, "via": manager, "requestId": request_id}
-        if len(self._by) > BY_KEPT:
-            self._by.popitem(last=False)
 
     # -- recording -------------------------------------------------------------------------
 

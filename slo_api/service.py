@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
@@ -158,7 +159,9 @@ class Service:
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
-        self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
+        self._pages: BoundedDict[tuple[int, int, str | None, bool], tuple[bytes, str]] = (
+            BoundedDict(PAGE_CACHE_SIZE)
+        )
         self._pages_generation = -1
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
@@ -436,8 +439,6 @@ class Service:
         if cached is None:
             body = self._page_body(page, page_size, kind, full)
             etag = weak_etag(body)
-            if len(self._pages) >= PAGE_CACHE_SIZE:
-                del self._pages[next(iter(self._pages))]  # the oldest
             cached = self._pages[key] = (body, etag)
         return cached
 
