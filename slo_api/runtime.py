@@ -17,14 +17,13 @@ from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
 from slo_api.ownership import Ownership
-from slo_api.recovery import Recovery, supervise
+from slo_api.recovery import Recovery, stop_tasks, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings, manager_list, namespace_list
 from slo_api.visible import VisiblePages
 
 log = logging.getLogger("slo_api")
 
-STOP_RECANCEL_SECONDS = 1.0
 KubeFactory = Callable[[Settings, Metrics], Awaitable[Kube]]
 
 
@@ -149,16 +148,7 @@ class Runtime:
     async def stop(self) -> None:
         self.shutting_down = True
         await self.feed.stop()
-        pending = set(self._tasks)
-        for task in pending:
-            task.cancel()
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
-            for task in pending:
-                # A cancellation can be lost (asyncio.wait_for on Python 3.11 drops one that
-                # races with the result): ask again rather than hang the shutdown.
-                log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
-                task.cancel()
+        await stop_tasks(self._tasks)
         self._tasks = []
         await self.recovery.close()
         await self.events.close()
