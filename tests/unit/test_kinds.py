@@ -124,6 +124,18 @@ def test_pool_default_must_be_a_current_member() -> None:
     assert "a, b" in error.message
 
 
+@pytest.mark.parametrize(
+    ("default", "says"),
+    [("a\x07", "control characters"), ("a" * 254, "at most 253"), ("a/history", "history")],
+)
+def test_a_pool_default_keeps_the_route_name_rule(default: str, says: str) -> None:
+    # Even one the CR lists as a member: no route of that name can be addressed.
+    current = pool_cr("p", ["a", default])
+    error = refused("pool", {"pool": {"default": default}}, current)
+    assert error.field == "pool.default"
+    assert says in error.message
+
+
 def test_pool_read_only_fields_accepted_unchanged() -> None:
     current = pool_cr("p", ["a", "b"], gpu=2)
     body = KINDS["pool"].project(current, no_pool)
