@@ -19,7 +19,7 @@ from slo_api.metrics import KindState, Metrics
 from slo_api.ownership import Ownership
 from slo_api.recovery import Recovery, stop_tasks, supervise
 from slo_api.service import Service
-from slo_api.settings import Settings, manager_list, namespace_list
+from slo_api.settings import Settings
 from slo_api.visible import VisiblePages
 
 log = logging.getLogger("slo_api")
@@ -42,9 +42,9 @@ class Runtime:
         self.metrics = metrics
         self.kinds: list[Kind] = build_kinds(settings)
         ownership = Ownership.of(
-            manager_list(settings.gitops_managers),
-            manager_list(settings.gitops_client_side_managers),
-            manager_list(settings.gitops_co_owners),
+            settings.gitops_managers,
+            settings.gitops_client_side_managers,
+            settings.gitops_co_owners,
         )
         self.index: CRIndex = Service.index_for(self.kinds, ownership)
         self.service = Service(kube, self.kinds, self.index, ownership)
@@ -68,7 +68,7 @@ class Runtime:
             flush_seconds=settings.watch_flush_seconds,
             by=self.history.by,
         )
-        self.namespaces = namespace_list(settings.watch_namespaces)
+        self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
         self.recovery = Recovery(kube.ready)

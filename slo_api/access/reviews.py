@@ -189,7 +189,7 @@ class Reviews:
     def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
         self.kube = kube
         self.settings = settings
-        self.audiences = settings.token_audiences
+        self.audiences = settings.slo_api_token_audiences
         self._users: TtlCache[str, User] = TtlCache(settings.review_cache_size)
         self._access: TtlCache[AccessKey, bool] = TtlCache(settings.review_cache_size)
         self._token_flights: _SingleFlight[str, User] = _SingleFlight()
