@@ -67,7 +67,8 @@ async def test_query_validation_errors_are_400_with_the_field(start: Started) ->
             assert response.json()["error"]["field"] == field
             # The same causes as a body's: named by the parameter, not by where it was sent.
             (cause,) = response.json()["error"]["causes"]
-            assert cause["field"] == field and cause["message"].startswith(f"{field}: "), cause
+            assert cause["field"] == field
+            assert cause["message"].startswith(f"{field}: "), cause
 
 
 async def test_request_id_is_echoed_or_generated(start: Started) -> None:
