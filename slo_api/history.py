@@ -36,7 +36,7 @@ import orjson
 
 from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError
-from slo_api.index import resource_version, rv_number
+from slo_api.index import resource_version, rv_number, uid_of
 from slo_api.kinds.base import Kind, Obj, spec
 from slo_api.kube import Kube, KubeError, KubeTimeout
 from slo_api.metrics import Metrics
@@ -160,7 +160,7 @@ def _owner(obj: Obj, api_version: str) -> Obj:
         "apiVersion": api_version,
         "kind": str(obj.get("kind", "")),
         "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
+        "uid": uid_of(obj) or "",
     }
 
 
