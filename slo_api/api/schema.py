@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from slo_api.errors import ERRORS
+from slo_api.errors import ERRORS, STREAM_ERRORS
 from slo_api.kinds.job import JobBody
 from slo_api.kinds.llm import LLMBody
 from slo_api.kinds.pool import PoolBody
@@ -186,8 +186,7 @@ WATCH_EVENT = {
         "One change. ADDED, MODIFIED and DELETED carry `route` and `object` (the /config item "
         "in the chosen view; for DELETED, as it last was). The stream opens with one ADDED per "
         "route, then a BOOKMARK with `initial: true`; BOOKMARKs follow every "
-        "WATCH_BOOKMARK_SECONDS. ERROR (`error.code` too_slow) is the last line of a stream "
-        "that fell too far behind: watch again with `since`."
+        "WATCH_BOOKMARK_SECONDS. ERROR is the last line of a stream the server ended."
     ),
     "required": ["type"],
     "properties": {
@@ -212,7 +211,16 @@ WATCH_EVENT = {
         },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
         "initial": {"type": "boolean"},
-        "error": {"type": "object"},
+        "error": {
+            "type": "object",
+            "description": "ERROR: why the stream ended. too_slow: it fell further behind "
+            "than the history keeps; expired: what the caller may list changed (both: watch "
+            "again without since); unauthorized, forbidden: the caller's access was lost.",
+            "properties": {
+                "code": {"type": "string", "enum": list(STREAM_ERRORS)},
+                "message": {"type": "string"},
+            },
+        },
     },
 }
 CONFIG_RESPONSES = {

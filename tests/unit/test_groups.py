@@ -27,6 +27,7 @@ from slo_api.kube import Kube, KubeError, Resource
 from slo_api.metrics import Metrics
 from slo_api.service import Service, Target
 from slo_api.settings import Settings
+from slo_api.watching import Loops
 
 Obj = dict[str, Any]
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
@@ -124,13 +125,7 @@ class GroupsKube(Kube):
 def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWatch:
     kind: Kind = LLMKind(Resource(groups[0], "v1alpha1", PLURAL), groups)
     return KindWatch(
-        kube,
-        kind,
-        Service.index_for([kind]),
-        Metrics(),
-        crd_recheck_seconds=3600,
-        watch_timeout_seconds=300,
-        inactivity_seconds=90,
+        Loops(kube, Service.index_for([kind]), Metrics(), crd_recheck_seconds=3600), kind
     )
 
 
