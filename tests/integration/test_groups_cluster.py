@@ -1,7 +1,7 @@
 """The SLO kinds under the old API group, the new one, or both (a migration), on a real API server.
 
 These tests install and delete CRDs, so they run on a control plane of this module's own (as
-test_watching's CRD tests do) and leave it as they found it: the new group's CRDs installed,
+test_watching_cluster's CRD tests do) and leave it as they found it: the new group's CRDs installed,
 the old group's absent. The old group's CRDs are config/crd's with the group changed.
 """
 

@@ -230,7 +230,9 @@ async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
         assert "maximumDeployment" not in entry["after"]
 
 
-async def test_stream_events_of_a_recorded_change_say_who_made_it(start: Started) -> None:
+async def test_stream_events_name_the_caller_of_a_write_and_the_manager_of_a_change(
+    start: Started,
+) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
     async with start(kube, watch_flush_seconds=0) as (client, app):
         await _ready(app)

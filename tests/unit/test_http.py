@@ -103,7 +103,7 @@ async def test_readyz_is_503_with_a_reason_until_every_kind_synced(start: Starte
         assert (await client.get("/readyz")).status_code == 200
 
 
-async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None:
+async def test_readyz_reports_a_missing_crd_as_synced_and_absent(start: Started) -> None:
     kube = FakeKube()
     kube.missing.add("jobslorequirements")
     async with start(kube) as (client, app):

@@ -55,7 +55,9 @@ async def test_a_cr_recreated_for_another_service_is_not_written(start: Started)
         assert kube.objects[(PLURAL, "ns", "cr-1")]["spec"]["priority"] == 0
 
 
-async def test_a_cr_recreated_for_the_same_service_is_the_one_written(start: Started) -> None:
+async def test_a_write_to_a_cr_recreated_behind_the_index_is_conditional_on_its_uid(
+    start: Started,
+) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
     async with start(kube) as (client, app):
         await _ready(app)
