@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -11,12 +12,14 @@ from typing import Any
 
 import httpx
 
+from controlplane.admin import Admin
 from slo_api.app import create_app
 from slo_api.runtime import Runtime
 from slo_api.settings import Settings
 
 TOKEN = "test-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+_barriers = itertools.count(1)
 
 
 class RunningService:
@@ -73,6 +76,29 @@ class RunningService:
 
     def indexed(self, route: str) -> list[Any]:
         return self.runtime.index.claims(route)
+
+    async def barrier(
+        self,
+        admin: Admin,
+        route: str,
+        namespace: str,
+        name: str,
+        api_version: str = "inference.modelsphere.dev/v1alpha1",
+        kind: str = "LLMSLORequirement",
+    ) -> None:
+        """A barrier write: a later change to the CR (an annotation, written around slo-api),
+        waited for until the index holds it. A CR's watch events arrive in order, so whatever
+        an earlier change would have sent has been seen by then: assert what must be absent
+        after this, not after a sleep."""
+        barrier = {"metadata": {"annotations": {"tests.slo-api/barrier": str(next(_barriers))}}}
+        stored = admin.merge_patch(api_version, kind, namespace, name, barrier)
+        version = stored["metadata"]["resourceVersion"]
+        await self.eventually(
+            lambda: any(
+                o["metadata"]["resourceVersion"] == version for _, o in self.indexed(route)
+            ),
+            what="the barrier write in the index",
+        )
 
     @contextlib.asynccontextmanager
     async def watches_held(self) -> AsyncIterator[None]:

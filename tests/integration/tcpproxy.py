@@ -13,6 +13,7 @@ class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.delay = 0.0
+        self.delayed = 0  # answers (chunks from the API server) held by `delay` so far
         self.stalled = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -72,6 +73,7 @@ class TcpProxy:
                     while (self.stalled or writer in self._frozen) and not writer.is_closing():
                         await asyncio.sleep(0.05)
                     if self.delay:
+                        self.delayed += 1
                         await asyncio.sleep(self.delay)
                 writer.write(data)
                 await writer.drain()
