@@ -60,6 +60,10 @@ class RunningService:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
 
+    async def until_ready(self) -> None:
+        """Until every kind has synced (what /readyz says 200 for)."""
+        await self.eventually(self.runtime.ready, within=60, what="readiness")
+
     async def config_page_of(self, route: str, **params: Any) -> int:
         """The number of the /config page (pageSize 200) that lists `route`: the session's
         control plane holds whatever earlier tests created, so it may not be the first."""
@@ -114,20 +118,31 @@ class RunningService:
         finally:
             for watch, key in held:
                 watch._start(*key)
-            await self.eventually(self.runtime.ready, what="readiness")
+            await self.until_ready()
 
 
 @contextlib.asynccontextmanager
 async def running(kubeconfig: Path, **overrides: Any) -> AsyncIterator[RunningService]:
     settings = Settings(
-        slo_api_token=TOKEN,
         kubeconfig=str(kubeconfig),
-        **{"crd_recheck_seconds": 1, "upstream_timeout_seconds": 5, **overrides},
+        **{
+            "slo_api_token": TOKEN,
+            "crd_recheck_seconds": 1,
+            "upstream_timeout_seconds": 5,
+            **overrides,
+        },
     )
+    async with serving(settings) as service:
+        yield service
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[RunningService]:
+    """slo-api in-process with exactly these settings, ready (every kind synced)."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://slo-api") as client:
             service = RunningService(app, client)
-            await service.eventually(service.runtime.ready, what="readiness")
+            await service.until_ready()
             yield service
