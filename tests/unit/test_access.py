@@ -7,7 +7,7 @@ tests/integration/test_kubernetes_auth.py; these check slo-api's own bookkeeping
 from __future__ import annotations
 
 import asyncio
-import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,11 +49,15 @@ EDIT_A = {
 }
 
 
-def test_ttl_cache_forgets_after_its_ttl_and_holds_at_most_its_size() -> None:
+def test_ttl_cache_forgets_after_its_ttl_and_holds_at_most_its_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("slo_api.access.reviews.time", SimpleNamespace(monotonic=lambda: clock[0]))
     cache: TtlCache[str, bool] = TtlCache(size=2)
     cache.put("gone", True, ttl=0.01)
     cache.put("kept", False, ttl=60)
-    time.sleep(0.02)
+    clock[0] += 0.02
     assert cache.get("gone") is None
     assert cache.get("kept") is False
     cache.put("x", True, 60)
@@ -206,7 +210,11 @@ async def test_the_request_log_names_the_caller_never_the_token(
     assert all(TOKEN not in r.getMessage() for r in caplog.records)
 
 
-async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded() -> None:
+async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("slo_api.events.time", SimpleNamespace(monotonic=lambda: clock[0]))
     kube = _kube(set())
     recorder = EventRecorder(kube, Metrics(), instance="t", burst=2, refill_seconds=3600)  # type: ignore[arg-type]
     cr = _llm("a", "hot")
@@ -220,8 +228,7 @@ async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded
         ("hot", "user-1 changed priority through slo-api"),
         ("cold", "user-x changed priority through slo-api"),
     ]
-    recorder.refill_seconds = 0.001
-    await asyncio.sleep(0.01)
+    clock[0] += 2 * 3600  # two Events' refill: the budget is full again
     recorder.record(cr, "SLOReset", [], "user-9")
     await recorder.close()
     assert kube.events[-1]["note"] == (
