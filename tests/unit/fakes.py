@@ -136,11 +136,19 @@ class FakeKube:
 
     # -- Kube's methods ------------------------------------------------------------------------
 
-    async def list(self, res: Resource, **kwargs: Any) -> Obj:
+    async def list(
+        self,
+        res: Resource,
+        *,
+        limit: int = 500,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> Obj:
         await self._called("list", res)
         if res.plural in self.missing:
             raise KubeError(404, message="404 page not found")  # a missing CRD: no Status
-        namespace = kwargs.get("namespace")
         items = [
             copy.deepcopy(o)
             for (plural, ns, _), o in self.objects.items()
@@ -258,16 +266,20 @@ class FakeKube:
         self,
         res: Resource,
         *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
         initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
         on_open: Callable[[], None] | None = None,
-        **kwargs: Any,
     ) -> AsyncGenerator[Obj, None]:
         await self._called("watch", res)
         if on_open is not None:
             on_open()
         if initial_events:
             # A list streamed as a watch's initial events, as a current API server sends it.
-            page = await self.list(res, namespace=kwargs.get("namespace"))
+            page = await self.list(res, namespace=namespace)
             for obj in page["items"]:
                 yield {"type": "ADDED", "object": obj}
             yield {

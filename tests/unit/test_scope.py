@@ -148,7 +148,7 @@ async def test_each_served_group_is_watched_in_each_listed_namespace() -> None:
         assert watch.state().watched == (NEW, OLD)
 
         # A relist in one namespace leaves the other namespaces' CRs alone.
-        kube.objects[NEW] = [in_ns(cr(NEW, "b", rv=2), "team-b")]
+        kube.by_group[NEW] = [in_ns(cr(NEW, "b", rv=2), "team-b")]
         await watch.informers[(NEW, "team-a")]._list()
         assert names(watch) == {("team-a", "c"), ("team-b", "b")}
 
