@@ -28,10 +28,17 @@ ERRORS: dict[str, int] = {
 CODES: dict[int, str] = {}
 for _code, _status in ERRORS.items():
     CODES.setdefault(_status, _code)
+# The codes of the ERROR line that ends a change stream: the caller's access lost (as a request
+# would be answered), what it may list changed (watch again without `since`), or the stream fell
+# further behind than the history keeps.
+STREAM_ERRORS: tuple[str, ...] = ("unauthorized", "forbidden", "expired", "too_slow")
 
 
 class ApiError(Exception):
-    """An error answered to the client as `{"error": {...}}` with its HTTP status."""
+    """An error answered to the client as `{"error": {...}}` with its HTTP status.
+
+    Its code is the first of its status in ERRORS unless `code` names another of them.
+    """
 
     def __init__(
         self,
@@ -44,6 +51,8 @@ class ApiError(Exception):
         code: str | None = None,
     ) -> None:
         super().__init__(message)
+        if code is not None and code not in ERRORS:
+            raise ValueError(f"{code!r} is not an error code of ERRORS")
         self.status = status
         self.code = code or CODES.get(status, "error")
         self.message = message

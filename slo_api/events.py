@@ -20,13 +20,15 @@ import time
 import uuid
 
 from slo_api.kinds.base import Obj
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
 from slo_api.service import Target
 
 log = logging.getLogger("slo_api.events")
 
 CONTROLLER = "slo-api"
+# What to check when the API server refuses slo-api an Event.
+ROLE = "that it may create events.k8s.io events (ClusterRole slo-api:events)"
 MAX_PENDING = 256
 # Events sent at once: they share the API client's connection pool with the watches and the
 # writes, which must never queue behind them.
@@ -159,7 +161,7 @@ class EventRecorder:
                 await self.kube.create_event(event["metadata"]["namespace"], event)
         except KubeError as exc:
             self._counts["failed"].inc()
-            log.warning("Event %s not recorded: %s", reason, exc)
+            log_failure(log, exc, f"recording the Event {reason}", ROLE)
         except Exception:
             self._counts["failed"].inc()
             log.exception("Event %s not recorded", reason)

@@ -35,17 +35,19 @@ from typing import Any
 
 import orjson
 
-from slo_api.errors import ApiError
 from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
 from slo_api.service import Target
+from slo_api.upstream import failure
 
 log = logging.getLogger("slo_api.history")
 
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
 STORE_ATTEMPTS = 5
+# What to check when the API server refuses slo-api the history's ConfigMaps.
+ROLE = "that it may get, create and update configmaps (ClusterRole slo-api:history)"
 LABEL = "slo-api.modelsphere.dev/history-of"
 MAX_NAME = 253
 # Who made the most recent changes seen by the informers, by resourceVersion: what the change
@@ -183,22 +185,6 @@ def _owned_by(cm: Obj, uid: str) -> bool:
     return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
 
 
-def _read_error(exc: KubeError) -> ApiError:
-    """What a caller is told when the history cannot be read (never the ConfigMap's name)."""
-    if isinstance(exc, KubeTimeout):
-        return ApiError(504, "the Kubernetes API server did not answer in time")
-    if exc.status in (401, 403):
-        log.error(
-            "RBAC: the API server refused slo-api reading a route's history (%s %s); check "
-            "it may get, create and update configmaps (ClusterRole slo-api:history)",
-            exc.status,
-            exc.reason,
-        )
-    return ApiError(
-        502, "the Kubernetes API server failed reading the history", code="upstream_error"
-    )
-
-
 class History:
     def __init__(
         self, kube: Kube, kinds: list[Kind], limit: int, metrics: Metrics | None = None
@@ -333,6 +319,11 @@ class History:
                         entries = [entry for _, _, entry in batch[start:end]]
                         try:
                             await self._store(key, owner, kind, entries)
+                        except KubeError as exc:
+                            self._count("failed", len(entries))
+                            log_failure(
+                                log, exc, "storing history entries in {}/{}".format(*key), ROLE
+                            )
                         except Exception:
                             self._count("failed", len(entries))
                             log.exception("history entries could not be stored in %s/%s", *key)
@@ -410,7 +401,7 @@ class History:
         except KubeError as exc:
             if exc.status == 404:
                 return []
-            raise _read_error(exc) from None
+            raise failure(exc, "reading a route's history", ROLE) from None
         if not _owned_by(cm, target.uid):
             return []
         return sorted(_entries(cm), key=_order, reverse=True)

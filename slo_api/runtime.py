@@ -21,6 +21,7 @@ from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings, manager_list, namespace_list
 from slo_api.visible import VisiblePages
+from slo_api.watching import Loops
 
 log = logging.getLogger("slo_api")
 
@@ -73,16 +74,19 @@ class Runtime:
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
         self.recovery = Recovery(kube.ready)
+        loops = Loops(
+            kube,
+            self.index,
+            metrics,
+            crd_recheck_seconds=settings.crd_recheck_seconds,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+            inactivity_seconds=settings.watch_inactivity_seconds,
+        )
         # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
             KindWatch(
-                kube,
+                loops,
                 kind,
-                self.index,
-                metrics,
-                crd_recheck_seconds=settings.crd_recheck_seconds,
-                watch_timeout_seconds=settings.watch_timeout_seconds,
-                inactivity_seconds=settings.watch_inactivity_seconds,
                 namespaces=self.namespaces,
                 label_selector=self.label_selector,
                 recovery=self.recovery,

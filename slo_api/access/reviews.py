@@ -30,13 +30,13 @@ from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
 from slo_api.settings import Settings
+from slo_api.upstream import unavailable
 
 log = logging.getLogger("slo_api.access")
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-RETRY_AFTER_SECONDS = 5
 REVIEW_QUEUE_FACTOR = 8
 # (token hash, verb, group, plural, namespace, name): one access question.
 AccessKey = tuple[str, str, str, str, str, str]
@@ -108,16 +108,6 @@ class User:
 
 def token_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def unavailable(what: str, why: object) -> ApiError:
-    log.error("%s failed, refusing the request: %s", what, why)
-    return ApiError(
-        503,
-        f"cannot check the caller's access: the Kubernetes API server did not answer the {what}",
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        code="unavailable",
-    )
 
 
 class _Bound:

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from slo_api.errors import CODES, ApiError
+from slo_api.errors import ApiError
 from slo_api.kinds.base import field_path
 
 log = logging.getLogger("slo_api.api")
@@ -38,6 +38,7 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 
 def error_response(exc: ApiError) -> Response:
+    """The response of every error: its envelope, its headers, a challenge with a 401."""
     headers = dict(exc.headers)
     if exc.status == 401:
         headers.setdefault("WWW-Authenticate", 'Bearer realm="slo-api"')
@@ -63,14 +64,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         return error_response(ApiError(405, message, headers={"Allow": _allowed(request)}))
     else:
         message = str(exc.detail)
-    return error_response(
-        ApiError(
-            exc.status_code,
-            message,
-            headers=dict(exc.headers or {}),
-            code=CODES.get(exc.status_code, "error"),
-        )
-    )
+    return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
 
 
 def _allowed(request: Request) -> str:

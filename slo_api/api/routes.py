@@ -336,7 +336,7 @@ async def list_routes(
     ] = None,
 ) -> Response:
     if not rt.ready():
-        raise ApiError(503, "the index is still loading", code="not_ready")
+        raise ApiError(503, "the index is still loading")
     if watch:
         access = rt.access.stream(token, caller, kind, rt.visible.held, pools=view == "full")
         # Asked once before the stream opens, so a caller without list and watch anywhere

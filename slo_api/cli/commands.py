@@ -42,7 +42,7 @@ def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
     if args.output != "table":
         show(items, args.output)
     elif items:
-        print(output.summaries_table(items))
+        print(output.summaries_table(items, client.summary_fields()))
     else:
         warn("no routes found")
     return ExitCode.OK
@@ -62,6 +62,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
     delay = 0.5
     connected_once = False
     printed: dict[str, Any] = {}  # route -> the object last printed for it
+    shape = client.summary_fields() if args.output == "table" else {}
     while True:
         # A stream opened without `since` starts with the whole state; a place in it is only
         # worth resuming from once the initial bookmark said that state was complete.
@@ -86,7 +87,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 if kind == "BOOKMARK" and event.get("initial"):
                     resumable = True
                     if snapshot is not None:
-                        _resync(printed, snapshot, revision, args.output)
+                        _resync(printed, snapshot, revision, args.output, shape)
                         snapshot = None
                 if resumable and isinstance(revision, str):
                     since = revision
@@ -102,7 +103,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                         printed.pop(route, None)
                     else:
                         printed[route] = event.get("object")
-                print_event(event, args.output)
+                print_event(event, args.output, shape)
         except StreamLost as exc:
             if not connected_once:
                 raise CliError(f"the watch ended at once: {exc}", ExitCode.SERVER) from None
@@ -120,11 +121,18 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
         delay = min(RECONNECT_MAX_SECONDS, delay * 2)
 
 
-def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fmt: str) -> None:
+def _resync(
+    printed: dict[str, Any],
+    snapshot: dict[str, Any],
+    revision: Any,
+    fmt: str,
+    shape: output.Shape,
+) -> None:
     """Print what changed between what was printed and the new whole state."""
-    print_event({"type": "RESYNC", "revision": revision}, fmt)
+    print_event({"type": "RESYNC", "revision": revision}, fmt, shape)
     for route in sorted(printed.keys() - snapshot.keys()):
-        print_event({"type": "DELETED", "route": route, "object": printed.pop(route)}, fmt)
+        event = {"type": "DELETED", "route": route, "object": printed.pop(route)}
+        print_event(event, fmt, shape)
     for route in sorted(snapshot):
         event = snapshot[route]
         before = printed.get(route)
@@ -132,16 +140,16 @@ def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fm
             continue
         change = {**event, "type": "ADDED" if route not in printed else "MODIFIED"}
         printed[route] = event.get("object")
-        print_event(change, fmt)
+        print_event(change, fmt, shape)
 
 
-def print_event(event: Body, fmt: str) -> None:
+def print_event(event: Body, fmt: str, shape: output.Shape) -> None:
     if fmt == "json":
         print(json.dumps(event, ensure_ascii=False), flush=True)
     elif fmt == "yaml":
         print("---\n" + output.dump(event, "yaml"), flush=True)
     else:
-        print(output.event_line(event), flush=True)
+        print(output.event_line(event, shape), flush=True)
 
 
 def cmd_get(client: SloClient, args: argparse.Namespace) -> int:

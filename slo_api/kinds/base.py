@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, ClassVar
@@ -99,6 +100,10 @@ def without_unchanged(patch: Obj, stored: Obj) -> Obj:
 def present(**fields: Any) -> Obj:
     """The fields that are set: the original API left unset optional fields out of bodies."""
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _no_pools(namespace: str, route: str) -> Obj | None:
+    return None  # a summary shows no pool
 
 
 def check_read_only(name: str, sent: Any, current: Any) -> None:
@@ -219,6 +224,12 @@ class Kind(ABC):
 
     name: ClassVar[str]
     body_model: ClassVar[type[Body]]
+    # A summary's fields beside route and kind, each with where it stands in the route's body
+    # (dotted). The summary is that part of the body, so a client that holds bodies (the page,
+    # from the change stream) derives it as the server does: the OpenAPI document's `x-summary`.
+    summary_fields: ClassVar[dict[str, str]]
+    # What DELETE sets: the CRD's defaults of the client-owned fields, as `spec` fields.
+    reset_spec: ClassVar[Obj]
     # True when the kind's CRs list other routes as members (pools), which the index tracks.
     groups_routes: ClassVar[bool] = False
 
@@ -230,6 +241,9 @@ class Kind(ABC):
             group: Resource(group, resource.version, resource.plural) for group in self.groups
         }
         self.resource = self.resources[self.groups[0]]
+        self._summary_steps = tuple(
+            (name, tuple(path.split("."))) for name, path in self.summary_fields.items()
+        )
 
     def resource_of(self, obj: Obj) -> Resource:
         """Where a CR the index holds lives: the group of its apiVersion (writes go there)."""
@@ -245,17 +259,35 @@ class Kind(ABC):
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
         """The route's body as GET answers it."""
 
-    @abstractmethod
+    def summary_body(self, obj: Obj) -> Obj:
+        """The route's body, or the part of it that holds every summary field."""
+        return self.project(obj, _no_pools)
+
     def summary(self, obj: Obj) -> Obj:
-        """The route's line in `GET /config`."""
+        """The route's line in `GET /config`: `summary_fields` picked from its body."""
+        body = self.summary_body(obj)
+        summary = {"route": body["route"], "kind": body["kind"]}
+        # Every /config page and summary stream renders this once per change of each route.
+        for name, steps in self._summary_steps:
+            value: Any = body
+            for step in steps:
+                value = value.get(step) if isinstance(value, dict) else None
+            if value is not None:
+                summary[name] = value
+        return summary
 
     @abstractmethod
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
         """The `spec` part of the merge patch for a validated body."""
 
-    @abstractmethod
     def reset_patch(self, current: Obj) -> Obj:
         """The `spec` part of the merge patch that DELETE sends."""
+        return copy.deepcopy(self.reset_spec)
+
+    @classmethod
+    def reset_body(cls) -> Obj:
+        """What DELETE sets, in the API's fields (the OpenAPI document's `x-reset`)."""
+        return copy.deepcopy(cls.reset_spec)
 
     @abstractmethod
     def api_field(self, spec_field: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -113,6 +113,17 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
+    summary_fields: ClassVar[dict[str, str]] = {
+        "swapPolicy": "pool.swapPolicy",
+        "swapBudget": "pool.swapBudget",
+        "residentMember": "status.residentMember",
+    }
+    reset_spec: ClassVar[Obj] = {
+        "swapPolicy": "sticky",
+        "swapBudget": "300s",
+        "default": None,
+        "reclaimAfter": None,
+    }
     groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
@@ -140,18 +151,6 @@ class PoolKind(Kind):
             "kind": self.name,
             "pool": self.settings(obj),
             "status": status_view(obj),
-        }
-
-    def summary(self, obj: Obj) -> Obj:
-        s = spec(obj)
-        return {
-            "route": self.route_of(obj),
-            "kind": self.name,
-            **present(
-                swapPolicy=s.get("swapPolicy"),
-                swapBudget=s.get("swapBudget"),
-                residentMember=status_view(obj)["residentMember"],
-            ),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
@@ -187,8 +186,9 @@ class PoolKind(Kind):
             )
         return patch
 
-    def reset_patch(self, current: Obj) -> Obj:
-        return {"swapPolicy": "sticky", "swapBudget": "300s", "default": None, "reclaimAfter": None}
+    @classmethod
+    def reset_body(cls) -> Obj:
+        return {"pool": super().reset_body()}
 
     def api_field(self, spec_field: str) -> str:
         if spec_field.startswith("members"):

@@ -27,6 +27,7 @@ from slo_api.kube import Kube, KubeError, Resource
 from slo_api.metrics import Metrics
 from slo_api.service import Service, Target
 from slo_api.settings import Settings, group_list
+from slo_api.watching import Loops
 from tests.unit.fakes import ErrorCallback, FakeKube, fail
 
 Obj = dict[str, Any]
@@ -133,13 +134,13 @@ def hold_lists(group: str) -> tuple[asyncio.Event, ErrorCallback]:
 def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWatch:
     kind: Kind = LLMKind(Resource(groups[0], "v1alpha1", PLURAL), groups)
     return KindWatch(
-        cast(Kube, kube),  # the fake stands where Kube does
+        Loops(
+            cast(Kube, kube),  # the fake stands where Kube does
+            Service.index_for([kind]),
+            Metrics(),
+            crd_recheck_seconds=3600,
+        ),
         kind,
-        Service.index_for([kind]),
-        Metrics(),
-        crd_recheck_seconds=3600,
-        watch_timeout_seconds=300,
-        inactivity_seconds=90,
     )
 
 

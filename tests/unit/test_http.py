@@ -157,6 +157,13 @@ async def test_body_limits_413_and_415(start: Started) -> None:
             "/routes/a", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
         )
         assert chunked.status_code == 413
+        # Refused before the body is read, or while it is: one encoder, one envelope.
+        assert declared.content == chunked.content
+        for header in ("content-type", "x-request-id", "x-content-type-options"):
+            assert header in declared.headers, header
+            assert header in chunked.headers, header
+        assert declared.headers["content-type"] == chunked.headers["content-type"]
+        assert declared.headers["connection"] == "close"  # the unread body ends the connection
         text = await client.put(
             "/routes/a", content=b"priority=1", headers={**AUTH, "Content-Type": "text/plain"}
         )

@@ -233,6 +233,34 @@ def test_reset_patches() -> None:
     }
 
 
+def test_summaries_are_the_kinds_fields_of_the_body_with_unset_ones_left_out() -> None:
+    llm = llm_cr("a", maximumDeployment={"value": 4}, ttft={"default": {"metrics": []}})
+    assert KINDS["llm"].summary(llm) == {
+        "route": "a",
+        "kind": "llm",
+        "highPriority": False,
+        "priority": 0,
+        "minimumDeployment": {"type": "replica", "value": 1},
+        "maximumDeployment": {"type": "replica", "value": 4},
+    }
+    assert KINDS["job"].summary(job_cr("j", priority=10)) == {
+        "route": "j",
+        "kind": "job",
+        "highPriority": True,
+        "priority": 10,
+        "minimumDeployment": {"type": "replica", "value": 1},
+    }
+    pool = pool_cr("p", ["a"])
+    assert KINDS["pool"].summary(pool) == {
+        "route": "p",
+        "kind": "pool",
+        "swapPolicy": "sticky",
+        "swapBudget": "300s",
+    }
+    pool["status"] = {"residentMember": "a", "phase": "Ready"}
+    assert KINDS["pool"].summary(pool)["residentMember"] == "a"
+
+
 def test_field_translation_from_api_server_causes() -> None:
     assert KINDS["llm"].translate_field("spec.priority") == "priority"
     assert KINDS["llm"].translate_field("spec.ttft.default.metrics[0].threshold") == (

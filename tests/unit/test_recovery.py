@@ -25,7 +25,7 @@ from slo_api.kube import Kube, KubeError, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
 from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
-from slo_api.watching import Informer
+from slo_api.watching import Informer, Loops
 from tests.unit import vtime
 from tests.unit.fakes import FakeKube
 
@@ -115,19 +115,8 @@ def informers(kube: OutageKube, shared: Recovery) -> list[Informer]:
     kinds: list[Kind] = [LLMKind(RESOURCES[0]), JobKind(RESOURCES[1]), PoolKind(RESOURCES[2])]
     index = Service.index_for(kinds)
     metrics = Metrics()
-    return [
-        Informer(
-            cast(Kube, kube),  # the fake stands where Kube does
-            kind,
-            index,
-            metrics,
-            crd_recheck_seconds=60,
-            watch_timeout_seconds=300,
-            inactivity_seconds=90,
-            recovery=shared,
-        )
-        for kind in kinds
-    ]
+    loops = Loops(cast(Kube, kube), index, metrics)  # the fake stands where Kube does
+    return [Informer(loops, kind, recovery=shared) for kind in kinds]
 
 
 async def outage(down_for: float, *, probe: bool = True) -> tuple[OutageKube, float]:

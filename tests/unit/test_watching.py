@@ -31,7 +31,7 @@ from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
 from slo_api.recovery import Backoff
 from slo_api.service import Service
-from slo_api.watching import Informer
+from slo_api.watching import Informer, Loops
 from tests.unit.fakes import FakeKube
 
 Obj = dict[str, Any]
@@ -231,13 +231,14 @@ def make_loop(kube: Kube | FakeKube, inactivity: float = 90) -> Loop:
     index = Service.index_for(kinds)
     metrics = Metrics()
     informer = Informer(
-        cast(Kube, kube),  # the fake stands where Kube does
+        Loops(
+            cast(Kube, kube),  # the fake stands where Kube does
+            index,
+            metrics,
+            crd_recheck_seconds=RECHECK,
+            inactivity_seconds=inactivity,
+        ),
         kinds[0],
-        index,
-        metrics,
-        crd_recheck_seconds=RECHECK,
-        watch_timeout_seconds=300,
-        inactivity_seconds=inactivity,
     )
     return Loop(informer, index, metrics)
 
