@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 import pytest
@@ -28,6 +28,7 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service, Target
 from slo_api.settings import Settings, group_list
 from slo_api.watching import Loops
+from tests.unit.conftest import until
 from tests.unit.fakes import ErrorCallback, FakeKube, fail
 
 Obj = dict[str, Any]
@@ -142,14 +143,6 @@ def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWa
         ),
         kind,
     )
-
-
-async def until(check: Callable[[], bool], what: str = "condition") -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never: {what}")
 
 
 async def deleted(watch: KindWatch, group: str) -> None:

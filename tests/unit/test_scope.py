@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from slo_api.kube import Resource
 from slo_api.settings import Settings, namespace_list
-from tests.unit.conftest import Started
+from tests.unit.conftest import Started, until
 from tests.unit.fakes import FakeKube
-from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch, until
+from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch
 
 Obj = dict[str, Any]
 
