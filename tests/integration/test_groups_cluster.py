@@ -19,6 +19,7 @@ import pytest
 
 from controlplane.admin import Admin, AdminError, Obj
 from controlplane.cluster import Cluster, crds
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.process import TOKEN, start_process
@@ -86,11 +87,8 @@ def under(group: str, obj: Obj) -> Obj:
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane of this module's own: its tests delete and install CRDs."""
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("groups-kubeconfigs"))
-    try:
+    with control_plane(tmp_path_factory, "groups-kubeconfigs") as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
 from slo_api.groups import KindWatch
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 from tests.integration.tcpproxy import TcpProxy
@@ -126,11 +127,8 @@ def install_job_crd(admin: Admin) -> None:
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane of this module's own: its tests stop it, compact it, delete its CRDs."""
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("watching-kubeconfigs"))
-    try:
+    with control_plane(tmp_path_factory, "watching-kubeconfigs") as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture
