@@ -19,6 +19,7 @@ import socket
 import time
 import uuid
 
+from slo_api.bounded import BoundedDict
 from slo_api.kinds.base import Obj
 from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
@@ -71,7 +72,7 @@ class EventRecorder:
         self._pending: set[asyncio.Task[None]] = set()
         self._sending = asyncio.Semaphore(MAX_SENDING)
         # Per CR (namespace, name): (Events left, when last refilled, writes not recorded).
-        self._budgets: dict[tuple[str, str], tuple[float, float, int]] = {}
+        self._budgets: BoundedDict[tuple[str, str], tuple[float, float, int]] = BoundedDict(BUDGETS)
         self._counts = {
             r: metrics.events.labels(r) for r in ("recorded", "failed", "dropped", "suppressed")
         }
@@ -101,8 +102,6 @@ class EventRecorder:
         now = time.monotonic()
         left, since, unrecorded = self._budgets.pop(key, (float(self.burst), now, 0))
         left = min(float(self.burst), left + (now - since) / self.refill_seconds)
-        if len(self._budgets) >= BUDGETS:
-            del self._budgets[next(iter(self._budgets))]
         if left < 1:
             self._budgets[key] = (left, now, unrecorded + 1)
             return None

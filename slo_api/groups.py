@@ -20,12 +20,10 @@ from collections.abc import Iterable
 from slo_api.kinds.base import Kind
 from slo_api.kube import KubeError, log_failure
 from slo_api.metrics import KindState
-from slo_api.recovery import Backoff, Recovery, supervise
+from slo_api.recovery import Backoff, Recovery, stop_tasks, supervise
 from slo_api.watching import Informer, Loops
 
 log = logging.getLogger("slo_api.watch")
-
-STOP_RECANCEL_SECONDS = 1.0
 
 
 class KindWatch:
@@ -256,19 +254,10 @@ class KindWatch:
     async def _stop(self, groups: Iterable[str]) -> None:
         """Stop the groups' informers and drop their CRs from the index."""
         keys = [key for key in self._tasks if key[0] in groups]
-        pending = {self._tasks.pop(key) for key in keys}
-        cancelled = False
-        while pending:
-            for task in pending:
-                # Again on every round: a cancellation can be lost (see Runtime.stop).
-                task.cancel()
-            try:
-                _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
-            except asyncio.CancelledError:
-                cancelled = True  # stopping ourselves: finish stopping the children first
-        for key in keys:
-            self.informers.pop(key, None)
-        for group in {group for group, _ in keys}:
-            self.index.clear(self.kind.resource.plural, group)
-        if cancelled:
-            raise asyncio.CancelledError
+        try:
+            await stop_tasks([self._tasks.pop(key) for key in keys])
+        finally:
+            for key in keys:
+                self.informers.pop(key, None)
+            for group in {group for group, _ in keys}:
+                self.index.clear(self.kind.resource.plural, group)

@@ -28,13 +28,14 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from slo_api.bounded import BoundedDict
+from slo_api.index import resource_version, rv_number, uid_of
 from slo_api.kinds.base import Kind, Obj, spec
 from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
@@ -161,7 +162,7 @@ def _owner(obj: Obj, api_version: str) -> Obj:
         "apiVersion": api_version,
         "kind": str(obj.get("kind", "")),
         "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
+        "uid": uid_of(obj) or "",
     }
 
 
@@ -196,7 +197,7 @@ class History:
         # Per ConfigMap: entries waiting to be stored, and the one task storing them.
         self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._by: OrderedDict[int, Obj] = OrderedDict()
+        self._by: BoundedDict[int, Obj] = BoundedDict(BY_KEPT)
         # Writes under way through this replica, by CR: their informer event may be stored
         # before their result, outside the request (then who made it is known from here).
         self._writing: dict[tuple[str, str, str], tuple[str, str | None]] = {}
@@ -229,17 +230,15 @@ class History:
 
     def _seen(self, plural: str, obj: Obj, manager: str) -> None:
         meta = obj.get("metadata") or {}
-        rv = str(meta.get("resourceVersion", ""))
-        if not rv.isdigit():
+        rv = rv_number(obj)
+        if rv is None:
             return
         actor, request_id = None if manager == SELF else manager, None
         if manager == SELF:
             mine = self._writing.get((plural, str(meta.get("namespace")), str(meta.get("name"))))
             if mine is not None:
                 actor, request_id = mine
-        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": request_id}
-        if len(self._by) > BY_KEPT:
-            self._by.popitem(last=False)
+        self._by[rv] = {"actor": actor, "via": manager, "requestId": request_id}
 
     # -- recording -------------------------------------------------------------------------
 
@@ -283,9 +282,8 @@ class History:
         changes: list[Obj],
         when: str,
     ) -> Obj:
-        rv = str((after.get("metadata") or {}).get("resourceVersion", ""))
         return {
-            "id": rv,
+            "id": resource_version(after),
             "time": when,
             "actor": actor,
             "via": via,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from slo_api.auth import token_problem
 
-SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
+SLO_GROUPS = ("inference.modelsphere.dev", "inference.x-k8s.io")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -38,19 +38,28 @@ OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_")
 READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
-def group_list(value: str) -> tuple[str, ...]:
-    """The API groups a `*_GROUP` setting names, most preferred first."""
-    return tuple(g.strip() for g in value.split(","))
+# A list setting: comma-separated in the environment (not JSON), a tuple once read.
+CommaList = Annotated[tuple[str, ...], NoDecode]
 
 
-def namespace_list(value: str) -> tuple[str, ...]:
-    """The namespaces `WATCH_NAMESPACES` names; empty for every namespace."""
-    return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
+def _items(value: object) -> object:
+    """The items of a list setting, each stripped: from `a, b` or from a sequence given as one."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(","))
+    if isinstance(value, list | tuple):
+        return tuple(item.strip() if isinstance(item, str) else item for item in value)
+    return value
 
 
-def manager_list(value: str) -> tuple[str, ...]:
-    """The field managers a `GITOPS_*` setting names."""
-    return tuple(m.strip() for m in value.split(",") if m.strip())
+def _distinct(items: tuple[str, ...], what: str, instead: str) -> tuple[str, ...]:
+    """`items` when none is empty or listed twice; `instead` says what to write instead."""
+    listed = ",".join(items)
+    if "" in items:
+        raise ValueError(f"{listed!r} has an empty {what}: {instead}")
+    twice = sorted({i for i in items if items.count(i) > 1})
+    if twice:
+        raise ValueError(f"{listed!r} lists {', '.join(twice)} more than once")
+    return items
 
 
 def _selector_problem(selector: str) -> str | None:
@@ -84,8 +93,8 @@ class Settings(BaseSettings):
         "request with a SubjectAccessReview: callers get what the cluster's RBAC grants them "
         "(see [Kubernetes identities](api.md#kubernetes-identities)).",
     )
-    slo_api_token_audiences: str | None = Field(
-        None,
+    slo_api_token_audiences: CommaList = Field(
+        (),
         description="Audiences sent in each TokenReview, comma-separated; a token minted for "
         "another audience is 401.",
     )
@@ -122,7 +131,7 @@ class Settings(BaseSettings):
         None, description="Path of a kubeconfig; in-cluster configuration when unset."
     )
 
-    llm_group: str = Field(
+    llm_group: CommaList = Field(
         SLO_GROUPS,
         description="API groups that may serve LLM SLOs, comma-separated, most preferred first "
         "(see [Migrating between API groups](#migrating-between-api-groups)); an empty or "
@@ -130,20 +139,20 @@ class Settings(BaseSettings):
     )
     llm_version: str = Field("v1alpha1", description="API version of LLM SLOs.")
     llm_plural: str = Field("llmslorequirements", description="Plural of LLM SLOs.")
-    job_group: str = Field(
+    job_group: CommaList = Field(
         SLO_GROUPS, description="API groups that may serve job SLOs, as `LLM_GROUP`."
     )
     job_version: str = Field("v1alpha1", description="API version of job SLOs.")
     job_plural: str = Field("jobslorequirements", description="Plural of job SLOs.")
-    pool_group: str = Field(
-        "inference.llmkube.dev",
+    pool_group: CommaList = Field(
+        ("inference.llmkube.dev",),
         description="API groups that may serve ModelPools, as `LLM_GROUP`.",
     )
     pool_version: str = Field("v1alpha1", description="API version of ModelPools.")
     pool_plural: str = Field("modelpools", description="Plural of ModelPools.")
 
-    watch_namespaces: str = Field(
-        "",
+    watch_namespaces: CommaList = Field(
+        (),
         description="Namespaces to watch, comma-separated; empty: every namespace. Each kind is "
         "then listed and watched per namespace, so Roles in those namespaces are enough (see "
         "[Watching some namespaces](deploying.md#watching-some-namespaces)); routes elsewhere "
@@ -209,19 +218,19 @@ class Settings(BaseSettings):
         "[History](api.md#history-who-changed-a-route-and-undo)); `0` records nothing (what "
         "is stored stays readable).",
     )
-    gitops_managers: str = Field(
-        "argocd-controller,kustomize-controller,helm-controller,helm",
+    gitops_managers: CommaList = Field(
+        ("argocd-controller", "kustomize-controller", "helm-controller", "helm"),
         description="Field managers that are GitOps tools, comma-separated: a write that "
         "would change a field one of them owns is `409 field_managed` unless `force=true` (see "
         "[Fields a GitOps tool manages](api.md#fields-a-gitops-tool-manages)).",
     )
-    gitops_client_side_managers: str = Field(
-        "kubectl-client-side-apply,flux-client-side-apply",
+    gitops_client_side_managers: CommaList = Field(
+        ("kubectl-client-side-apply", "flux-client-side-apply"),
         description="Client-side apply managers, GitOps tools on a CR that carries an Argo CD, "
         "Flux or Helm marker, for the fields in its last-applied configuration.",
     )
-    gitops_co_owners: str = Field(
-        "",
+    gitops_co_owners: CommaList = Field(
+        (),
         description="GitOps managers configured to leave slo-api's fields alone (Argo CD's "
         "ignoreDifferences, Flux's ignore rules): writes to their fields go through.",
     )
@@ -262,39 +271,55 @@ class Settings(BaseSettings):
         # static-token client 401.
         return value.strip() if isinstance(value, str) else value
 
+    @field_validator(
+        "slo_api_token_audiences",
+        "llm_group",
+        "job_group",
+        "pool_group",
+        "watch_namespaces",
+        "gitops_managers",
+        "gitops_client_side_managers",
+        "gitops_co_owners",
+        mode="before",
+    )
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _items(value)
+
+    @field_validator(
+        "slo_api_token_audiences",
+        "gitops_managers",
+        "gitops_client_side_managers",
+        "gitops_co_owners",
+    )
+    @classmethod
+    def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # `a,,b`, a trailing comma or nothing at all: no name, so none is listed.
+        return tuple(item for item in value if item)
+
     @field_validator("llm_group", "job_group", "pool_group")
     @classmethod
-    def _groups(cls, value: str) -> str:
-        groups = group_list(value)
-        for group in groups:
-            if not group:
-                raise ValueError(
-                    f"{value!r} has an empty group: list API groups separated by commas, "
-                    "most preferred first"
-                )
+    def _groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _distinct(value, "group", "list API groups separated by commas, most preferred first")
+        for group in value:
             if not _DNS_SUBDOMAIN.fullmatch(group) or len(group) > 253:
                 raise ValueError(f"{group!r} is not an API group (a lowercase DNS name)")
-        twice = sorted({g for g in groups if groups.count(g) > 1})
-        if twice:
-            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
-        return ",".join(groups)
+        return value
 
     @field_validator("watch_namespaces")
     @classmethod
-    def _namespaces(cls, value: str) -> str:
-        namespaces = namespace_list(value)
-        for namespace in namespaces:
-            if not namespace:
-                raise ValueError(
-                    f"{value!r} has an empty namespace: list namespaces separated by commas, "
-                    "or leave it empty to watch every namespace"
-                )
+    def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value == ("",):
+            return ()  # empty: every namespace
+        _distinct(
+            value,
+            "namespace",
+            "list namespaces separated by commas, or leave it empty to watch every namespace",
+        )
+        for namespace in value:
             if not _DNS_LABEL.fullmatch(namespace):
                 raise ValueError(f"{namespace!r} is not a namespace name")
-        twice = sorted({n for n in namespaces if namespaces.count(n) > 1})
-        if twice:
-            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
-        return ",".join(namespaces)
+        return value
 
     @field_validator("watch_label_selector")
     @classmethod
@@ -344,11 +369,6 @@ class Settings(BaseSettings):
                 "quiet kind's watch reconnects every time it elapses"
             )
         return said
-
-    @property
-    def token_audiences(self) -> list[str]:
-        value = self.slo_api_token_audiences or ""
-        return [a.strip() for a in value.split(",") if a.strip()]
 
 
 def unrecognised(environ: Mapping[str, str]) -> list[str]:

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
@@ -46,8 +47,7 @@ class TtlCache(Generic[K, V]):
     """A dict whose entries expire, holding at most `size` of them (the oldest go first)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: dict[K, tuple[float, V]] = {}
+        self._items: BoundedDict[K, tuple[float, V]] = BoundedDict(size)
 
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
@@ -62,12 +62,11 @@ class TtlCache(Generic[K, V]):
         if ttl <= 0:
             return
         self._items.pop(key, None)
-        if len(self._items) >= self.size:
+        if self._items.full:
+            # Expired entries go before live ones; then the oldest (as storing does).
             now = time.monotonic()
             for stale in [k for k, (expires, _) in self._items.items() if expires <= now]:
                 del self._items[stale]
-            while len(self._items) >= self.size:
-                del self._items[next(iter(self._items))]
         self._items[key] = (time.monotonic() + ttl, value)
 
     def __len__(self) -> int:
@@ -180,7 +179,7 @@ class Reviews:
     def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
         self.kube = kube
         self.settings = settings
-        self.audiences = settings.token_audiences
+        self.audiences = settings.slo_api_token_audiences
         self._users: TtlCache[str, User] = TtlCache(settings.review_cache_size)
         self._access: TtlCache[AccessKey, bool] = TtlCache(settings.review_cache_size)
         self._token_flights: _SingleFlight[str, User] = _SingleFlight()

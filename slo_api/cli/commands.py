@@ -7,6 +7,7 @@ import copy
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -37,14 +38,33 @@ def show(data: Any, fmt: str) -> None:
     print(output.dump(data, fmt))
 
 
-def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
-    items = client.list_summaries(args.kind)
-    if args.output != "table":
-        show(items, args.output)
+def show_list(items: list[Body], fmt: str, table: Callable[[list[Body]], str], none: str) -> None:
+    """A list as JSON or YAML, or as a table; `none` is said (not printed) when it is empty."""
+    if fmt != "table":
+        show(items, fmt)
     elif items:
-        print(output.summaries_table(items, client.summary_fields()))
+        print(table(items))
     else:
-        warn("no routes found")
+        warn(none)
+
+
+def said_done(route: str, dry_run: bool, did: str, would: str = "", then: str = "") -> None:
+    """`route: updated`, or what would have been done for a dry run."""
+    outcome = (would or f"would be {did}") + " (dry run)" if dry_run else did
+    print(f"{output.printable(route)}: {outcome}{then}")
+
+
+def show_changes(before: Body, after: Body) -> None:
+    print("\n".join(output.changes(before, after)) or "  (no visible change)")
+
+
+def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
+    show_list(
+        client.list_summaries(args.kind),
+        args.output,
+        lambda items: output.summaries_table(items, client.summary_fields()),
+        "no routes found",
+    )
     return ExitCode.OK
 
 
@@ -202,9 +222,8 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
             ) from None
         warnings(client)
         if args.output == "table":
-            done = "would be updated (dry run)" if args.dry_run else "updated"
-            print(f"{output.printable(route)}: {done}")
-            print("\n".join(output.changes(before, stored)) or "  (no visible change)")
+            said_done(route, args.dry_run, "updated")
+            show_changes(before, stored)
         else:
             show(stored, args.output)
         return ExitCode.OK
@@ -229,8 +248,7 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
         results.append(stored)
         warnings(client)
         if args.output == "table":
-            done = "would be configured (dry run)" if args.dry_run else "configured"
-            print(f"{output.printable(route)}: {done}")
+            said_done(route, args.dry_run, "configured")
     if args.output != "table" and results:
         show(results if many else results[0], args.output)
     return failure.exit_code if failure else ExitCode.OK
@@ -241,8 +259,7 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
     result = client.delete(route, dry_run=args.dry_run, force=args.force)
     warnings(client)
     if args.output == "table":
-        done = "would be reset (dry run)" if args.dry_run else "reset to defaults"
-        print(f"{output.printable(route)}: {done}")
+        said_done(route, args.dry_run, "reset to defaults", would="would be reset")
         return ExitCode.OK
     if result is None:
         # 204 carries no body; show what the route looks like now.
@@ -253,12 +270,7 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
 
 def cmd_history(client: SloClient, args: argparse.Namespace) -> int:
     entries = client.history(args.route)
-    if args.output != "table":
-        show(entries, args.output)
-    elif entries:
-        print(output.history_table(entries))
-    else:
-        warn(f"no recorded changes for {args.route}")
+    show_list(entries, args.output, output.history_table, f"no recorded changes for {args.route}")
     return ExitCode.OK
 
 
@@ -310,9 +322,8 @@ def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
             details=("hint: look at `sloctl history ROUTE` again, then retry",),
         ) from None
     if args.output == "table":
-        done = "would be reverted (dry run)" if args.dry_run else "reverted"
-        print(f"{output.printable(route)}: {done} to {output.printable(args.entry)}")
-        print("\n".join(output.changes(current, stored)) or "  (no visible change)")
+        said_done(route, args.dry_run, "reverted", then=f" to {output.printable(args.entry)}")
+        show_changes(current, stored)
     else:
         show(stored, args.output)
     return ExitCode.OK

@@ -8,18 +8,17 @@ from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
-    GO_DURATION_MAX,
-    GO_DURATION_PATTERN,
     Body,
     Kind,
     Managed,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_ns,
     present,
     spec,
 )
+from slo_api.kinds.goduration import GO_DURATION_MAX, GO_DURATION_PATTERN, go_duration_ns
+from slo_api.route_names import MAX_ROUTE, route_problem
 
 _NULLABLE = ("default", "reclaimAfter")
 
@@ -46,8 +45,16 @@ _DURATION = Field(
 )
 
 
+def _route_name(value: str | None) -> str | None:
+    # The default is a member's route: the one rule for route names, not a restatement of it.
+    problem = None if value is None else route_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class PoolSettings(Body):
-    default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    default: Annotated[str, Field(min_length=1, max_length=MAX_ROUTE)] | None = None
     swapPolicy: Literal["sticky", "reclaim"] | None = None
     swapBudget: Annotated[str, _DURATION] | None = None
     reclaimAfter: Annotated[str, _DURATION] | None = None
@@ -55,6 +62,7 @@ class PoolSettings(Body):
     gpu: int | None = Field(None, description="Read-only.")
 
     _durations = field_validator("swapBudget", "reclaimAfter")(_positive_duration)
+    _default = field_validator("default")(_route_name)
 
 
 class MemberStatus(Body):

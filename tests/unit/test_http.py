@@ -55,6 +55,10 @@ async def test_query_validation_errors_are_400_with_the_field(start: Started) ->
             assert response.status_code == 400, params
             assert response.json()["error"]["code"] == "invalid_request"
             assert response.json()["error"]["field"] == field
+            # The same causes as a body's: named by the parameter, not by where it was sent.
+            (cause,) = response.json()["error"]["causes"]
+            assert cause["field"] == field
+            assert cause["message"].startswith(f"{field}: "), cause
 
 
 async def test_request_id_is_echoed_or_generated(start: Started) -> None:

@@ -291,3 +291,31 @@ def test_a_supervised_task_that_fails_or_returns_is_counted_and_restarted(
     messages = [r.getMessage() for r in caplog.records]
     assert any("failed unexpectedly" in m for m in messages)
     assert any("never should" in m for m in messages)
+
+
+def test_stop_tasks_ends_a_task_that_lost_its_cancellation_even_when_itself_cancelled() -> None:
+    async def stubborn(started: asyncio.Event) -> None:
+        # As asyncio.wait_for on Python 3.11 can: the first cancellation is dropped.
+        with contextlib.suppress(asyncio.CancelledError):
+            started.set()
+            await asyncio.Event().wait()
+        await asyncio.Event().wait()
+
+    async def main() -> tuple[bool, bool]:
+        started = asyncio.Event()
+        task = asyncio.create_task(stubborn(started))
+        await started.wait()
+        stopping = asyncio.create_task(recovery.stop_tasks([task]))
+        await asyncio.sleep(0)  # stop_tasks has cancelled the task once and waits
+        stopping.cancel()
+        try:
+            await stopping
+        except asyncio.CancelledError:
+            raised = True
+        else:
+            raised = False
+        return task.done(), raised
+
+    ended, raised = vtime.run(main())
+    assert ended, "the task is stopped before the caller's cancellation goes on"
+    assert raised, "the caller's cancellation is not swallowed"
