@@ -25,6 +25,7 @@ import httpx
 
 from bench import fanout, load, populate, scenarios
 from bench.report import render
+from controlplane import fleet
 from controlplane.cluster import Cluster
 from controlplane.jaeger import Jaeger
 
@@ -170,7 +171,7 @@ def main() -> int:
         assert cluster.credentials is not None
         kubeconfig = cluster.credentials.slo_api_kubeconfig
         sa_token = cluster.credentials.slo_api_token
-        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
         context = ssl.create_default_context(cafile=str(cluster.plane.pki.ca_cert))
         api = httpx.Client(
             base_url=cluster.plane.url,
@@ -293,7 +294,7 @@ def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) 
     try:
         assert cluster.admin is not None
         assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
         log(f"creating {size} LLM CRs")
         asyncio.run(_create(cluster, 0, size, args.create_concurrency))
         log(f"{size} routes: a Kubernetes identity against the static token")
@@ -323,7 +324,7 @@ def run_history(args: argparse.Namespace, size: int, settings: scenarios.Setting
     try:
         assert cluster.admin is not None
         assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(populate.NAMESPACE)
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
         log(f"creating {size} LLM CRs")
         asyncio.run(_create(cluster, 0, size, args.create_concurrency))
         log(f"{size} routes: PUT with the history recorded against it off")

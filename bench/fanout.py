@@ -29,8 +29,9 @@ import httpx
 from bench import load, populate
 from bench.load import Series, Target
 from bench.scenarios import AUTH, REPO, TOKEN, ServiceProcess, Settings
+from controlplane import fleet
 
-LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
+LLM_PATH = f"{populate.SLO_PATH}/namespaces/{fleet.NAMESPACE}/llmslorequirements"
 MARK_BASE = 1_000_000  # maximumDeployment values the driver writes: MARK_BASE + change number
 STALLED = 20  # streams whose clients stop reading, in the SIGTERM measure
 
@@ -82,7 +83,7 @@ class Changes:
                 await asyncio.gather(*pending)
 
     async def _patch(self, client: httpx.AsyncClient, mark: int) -> None:
-        name = populate.route_name(mark % self.routes)
+        name = fleet.route_name(mark % self.routes)
         body = {"spec": {"maximumDeployment": {"type": "replica", "value": MARK_BASE + mark}}}
         self.sent[MARK_BASE + mark] = time.monotonic()
         response = await client.patch(

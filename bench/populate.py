@@ -12,43 +12,11 @@ from typing import Any
 import httpx
 import orjson
 
+from controlplane.fleet import NAMESPACE, llm, route_name
+
 Obj = dict[str, Any]
 SLO_PATH = "/apis/inference.modelsphere.dev/v1alpha1"
 POOL_PATH = "/apis/inference.llmkube.dev/v1alpha1"
-NAMESPACE = "bench"
-
-
-def route_name(i: int) -> str:
-    # Zero-padded so that sorted route order is creation order: page N is predictable.
-    return f"svc-{i:06d}"
-
-
-def llm(i: int) -> Obj:
-    name = route_name(i)
-    return {
-        "apiVersion": "inference.modelsphere.dev/v1alpha1",
-        "kind": "LLMSLORequirement",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
-        "spec": {
-            "serviceId": name,
-            "model": f"model-{i % 97}",
-            "targetRef": {"kind": "Deployment", "name": name},
-            "priority": i % 11,
-            "minimumDeployment": {"type": "replica", "value": 1},
-            "maximumDeployment": {"type": "replica", "value": 4 + i % 5},
-            "ttft": {
-                "default": {"metrics": [{"type": "p90", "threshold": 0.8}]},
-                "ranges": [
-                    {
-                        "contextLengthRangeLow": 0,
-                        "contextLengthRangeHigh": 4096,
-                        "metrics": [{"type": "p90", "threshold": 0.5}],
-                    }
-                ],
-            },
-            "otps": {"default": {"metrics": [{"type": "avg", "threshold": 20}]}},
-        },
-    }
 
 
 @dataclass

@@ -18,11 +18,12 @@ import httpx
 
 from bench import load, populate
 from bench.load import Series, Target
+from controlplane import fleet
 from controlplane.server import free_port
 
 TOKEN = "bench-write-token"  # noqa: S105 - a throwaway token for a loopback process
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-LLM_PATH = f"{populate.SLO_PATH}/namespaces/{populate.NAMESPACE}/llmslorequirements"
+LLM_PATH = f"{populate.SLO_PATH}/namespaces/{fleet.NAMESPACE}/llmslorequirements"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -181,7 +182,7 @@ def get_route(
     svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
 ) -> dict[str, Any]:
     """One client, one request at a time: latency. Both through wrk, keep-alive; TLS direct."""
-    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    names = [fleet.route_name(i) for i in range(0, routes, max(1, routes // 64))]
     service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
     direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
     return side_by_side(service, direct, s, 1, svc.pid)
@@ -192,7 +193,7 @@ def get_route_many(
 ) -> dict[str, Any]:
     """The same reads with 16 clients: throughput, slo-api and the API server on the same
     two cores."""
-    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    names = [fleet.route_name(i) for i in range(0, routes, max(1, routes // 64))]
     service = Target(svc.url, [f"/routes/{n}" for n in names], headers=AUTH)
     direct = Target(api_url, [f"{LLM_PATH}/{n}" for n in names], headers=direct_headers(sa_token))
     return side_by_side(service, direct, s, s.write_connections, svc.pid)
@@ -208,7 +209,7 @@ def aiohttp_direct(
     import aiohttp
     import uvloop
 
-    names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+    names = [fleet.route_name(i) for i in range(0, routes, max(1, routes // 64))]
     urls = [f"{api_url}{LLM_PATH}/{n}" for n in names]
 
     async def one_run() -> list[float]:
@@ -240,7 +241,7 @@ def put_route(
     svc: ServiceProcess, api_url: str, sa_token: str, routes: int, s: Settings
 ) -> dict[str, Any]:
     """16 clients writing priority (a new value each time) to 64 routes, both ways."""
-    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+    names = [fleet.route_name(i) for i in range(1, routes, max(1, routes // 64))]
     service = Target(
         svc.url,
         [f"/routes/{n}" for n in names],
@@ -270,7 +271,7 @@ def kubernetes_identity_setup(admin: Any) -> str:
     Returns the ServiceAccount's token."""
     admin.ensure_namespace(OTHER_NAMESPACE)
     for i in range(OTHER_ROUTES):
-        obj = populate.llm(10_000_000 + i)
+        obj = fleet.llm(10_000_000 + i)
         obj["metadata"]["namespace"] = OTHER_NAMESPACE
         admin.apply(obj)
     name = "bench-editor"
@@ -278,23 +279,23 @@ def kubernetes_identity_setup(admin: Any) -> str:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": populate.NAMESPACE},
+            "metadata": {"name": name, "namespace": fleet.NAMESPACE},
         }
     )
     admin.apply(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": populate.NAMESPACE},
+            "metadata": {"name": name, "namespace": fleet.NAMESPACE},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",
                 "name": "slo-api-edit",
             },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": populate.NAMESPACE}],
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": fleet.NAMESPACE}],
         }
     )
-    token: str = admin.service_account_token(populate.NAMESPACE, name)
+    token: str = admin.service_account_token(fleet.NAMESPACE, name)
     return token
 
 
@@ -306,7 +307,7 @@ def kubernetes_identity_teardown(admin: Any) -> None:
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("v1", "ServiceAccount"),
     ):
-        admin.delete(api_version, kind, populate.NAMESPACE, "bench-editor")
+        admin.delete(api_version, kind, fleet.NAMESPACE, "bench-editor")
 
 
 def kubernetes_identity(
@@ -329,7 +330,7 @@ def kubernetes_identity(
         s.config_connections,
         svc.pid,
     )
-    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+    names = [fleet.route_name(i) for i in range(1, routes, max(1, routes // 64))]
 
     def put(headers: dict[str, str]) -> Target:
         return Target(
@@ -369,8 +370,8 @@ def tracing_costs(
     try:
         for label, env in envs.items():
             procs[label] = ServiceProcess(kubeconfig, workdir, env).start()
-        get_names = [populate.route_name(i) for i in range(0, routes, max(1, routes // 64))]
-        put_names = [populate.route_name(i) for i in range(1, routes, max(1, routes // 64))]
+        get_names = [fleet.route_name(i) for i in range(0, routes, max(1, routes // 64))]
+        put_names = [fleet.route_name(i) for i in range(1, routes, max(1, routes // 64))]
 
         def get(svc: ServiceProcess) -> Target:
             return Target(svc.url, [f"/routes/{n}" for n in get_names], headers=AUTH)
@@ -519,7 +520,7 @@ def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, An
     informer = Informer(Loops(None, index, Metrics()), kinds[0])  # type: ignore[arg-type]
 
     def obj(i: int, rv: int) -> dict[str, Any]:
-        o = populate.llm(i)
+        o = fleet.llm(i)
         o["metadata"] |= {"uid": f"uid-{i}", "resourceVersion": str(rv)}
         o["metadata"]["managedFields"] = [{"manager": "deployer", "operation": "Update"}]
         return o
@@ -559,7 +560,7 @@ def history_writes(kubeconfig: Path, workdir: Path, routes: int, s: Settings) ->
     """PUT /routes/{route} (16 clients, 64 routes, every write a change) on a process recording
     each change in the route's history, against one with ROUTE_HISTORY_ENTRIES=0, alternately.
     Both watch the same CRs: each records only its own writes (the other's are slo-api's)."""
-    names = [populate.route_name(i) for i in range(1, routes, max(1, routes // HISTORY_ROUTES))]
+    names = [fleet.route_name(i) for i in range(1, routes, max(1, routes // HISTORY_ROUTES))]
     # A drain at least as long as the 30 s upstream timeout ServiceProcess sets (start-up
     # refuses a shorter one).
     drain = {"SHUTDOWN_DRAIN_SECONDS": "30"}

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import httpx
 
@@ -93,7 +93,13 @@ def start_service(
     )
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+class Running(Protocol):
+    """What `wait_ready` watches: a process, or anything that says when it has exited."""
+
+    def poll(self) -> int | None: ...
+
+
+def wait_ready(url: str, process: Running, timeout: float = 60) -> None:
     """Poll `GET {url}/readyz` until 200; fail early if the process exits."""
     deadline = time.monotonic() + timeout
     last = "no answer"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +12,21 @@ from controlplane.admin import Admin
 from controlplane.cluster import Cluster
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("kubeconfigs"))
+@contextlib.contextmanager
+def control_plane(tmp_path_factory: pytest.TempPathFactory, label: str) -> Iterator[Cluster]:
+    """A control plane started for its caller, kubeconfigs in a fresh temp directory; stopped
+    on exit. Modules that stop the API server, compact etcd or delete CRDs start their own."""
+    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp(label))
     try:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with control_plane(tmp_path_factory, "kubeconfigs") as started:
+        yield started
 
 
 @pytest.fixture(scope="session")

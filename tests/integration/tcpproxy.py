@@ -12,7 +12,9 @@ import yaml
 class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
+        self.refusing = False  # new connections are dropped at once, as by a stopped server
         self.delay = 0.0
+        self.delayed = 0  # answers (chunks from the API server) held by `delay` so far
         self.stalled = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -37,6 +39,15 @@ class TcpProxy:
             writer.close()
         self._writers.clear()
 
+    def down(self) -> None:
+        """Drop every connection and refuse new ones, as a stopped API server does."""
+        self.refusing = True
+        self.cut()
+
+    def up(self) -> None:
+        """Accept connections again."""
+        self.refusing = False
+
     def freeze(self) -> int:
         """Silence every open connection for good, without closing it (a dead network path).
 
@@ -46,6 +57,9 @@ class TcpProxy:
         return len(self._writers) // 2
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -72,6 +86,7 @@ class TcpProxy:
                     while (self.stalled or writer in self._frozen) and not writer.is_closing():
                         await asyncio.sleep(0.05)
                     if self.delay:
+                        self.delayed += 1
                         await asyncio.sleep(self.delay)
                 writer.write(data)
                 await writer.drain()

@@ -3,7 +3,7 @@
 The PrometheusRule's rule groups are taken from the file as shipped (its `spec`) at test time, so
 promtool checks and unit-tests exactly what `kubectl apply` would install. The prometheus-operator
 CRDs are not installed in the test control plane, so these objects are checked here instead of by
-the API server's dry run in test_manifests.py.
+the API server's dry run in test_manifests_accepted.py.
 """
 
 from __future__ import annotations

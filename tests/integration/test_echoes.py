@@ -264,3 +264,26 @@ async def test_unset_fields_are_left_out_everywhere(
             "minimumDeployment",
         }, body
     assert "maximumDeployment" not in summary_item
+
+
+# Merge patches of the shapes slo-api sends (a section replaced, a list replaced, a nested key
+# removed by null, a whole field removed), applied one after another.
+ORACLE_PATCHES: list[dict[str, Any]] = [
+    {"ttft": SECTION, "maximumDeployment": {"type": "replica", "value": 4}},
+    {"ttft": {"ranges": None}},
+    {"ttft": {"default": {"metrics": [{"type": "avg", "threshold": 0.3}]}}, "priority": 4},
+    {"otps": {"default": {"metrics": [{"type": "p50", "threshold": 9}]}}},
+    {"maximumDeployment": None, "otps": None},
+]
+
+
+def test_the_oracle_merges_as_the_api_server_does(admin: Admin, namespace: str) -> None:
+    """The fake's merge patch, used as the oracle above and in the unit tests, gives what the
+    API server stores for the same patch."""
+    admin.create(crs.llm(namespace, "oracle", None, priority=1, **BOUNDS))
+    for patch in ORACLE_PATCHES:
+        before = admin.get(crs.SLO, "LLMSLORequirement", namespace, "oracle")["spec"]
+        after = admin.merge_patch(
+            crs.SLO, "LLMSLORequirement", namespace, "oracle", {"spec": patch}
+        )["spec"]
+        assert after == merge(before, patch), patch

@@ -19,6 +19,7 @@ import pytest
 
 from controlplane.admin import Admin, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 from tests.integration.tcpproxy import TcpProxy
@@ -34,11 +35,8 @@ _ids = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("faults"))
-    try:
+    with control_plane(tmp_path_factory, "faults") as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from controlplane.admin import Admin
+from controlplane.demo import ServiceError, wait_ready
 from controlplane.server import free_port
 from release import image as images
 from release import lock as locks
@@ -163,23 +164,11 @@ class Container:
     def state(self) -> str:
         return _podman("inspect", "--format", "{{.State.Status}}", self.name).strip()
 
-
-def _wait_ready(container: Container, within: float = 90) -> None:
-    deadline = time.monotonic() + within
-    last = "no answer"
-    with httpx.Client(timeout=5) as http:
-        while time.monotonic() < deadline:
-            if container.state() not in ("created", "running"):
-                raise AssertionError(f"the container stopped: {container.logs()}")
-            try:
-                response = http.get(f"{container.url}/readyz")
-                if response.status_code == 200:
-                    return
-                last = f"{response.status_code} {response.text[:200]}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            time.sleep(0.3)
-    raise AssertionError(f"not ready after {within:.0f}s (last: {last}): {container.logs()}")
+    def poll(self) -> int | None:
+        """None while the container runs, else its exit code (as `Popen.poll`)."""
+        if self.state() in ("created", "running"):
+            return None
+        return int(_podman("inspect", "--format", "{{.State.ExitCode}}", self.name).strip())
 
 
 @pytest.fixture
@@ -199,7 +188,10 @@ def container(image: str, slo_api_kubeconfig: Path, tmp_path: Path) -> Iterator[
     )  # fmt: skip
     started = Container(name, f"http://127.0.0.1:{port}")
     try:
-        _wait_ready(started)
+        try:
+            wait_ready(started.url, started, 90)
+        except ServiceError as exc:
+            raise AssertionError(f"{exc}: {started.logs()}") from None
         yield started
     finally:
         _podman("rm", "--force", "--time", "0", name, check=False)

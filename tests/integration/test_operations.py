@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,14 @@ from tests.integration.service import RunningService
 from tests.integration.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
+
+
+async def _until(check: Callable[[], bool], what: str, within: float = 30) -> None:
+    """Let the loop run until `check()` is true; the limit only turns a hang into a failure."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"never {what}"
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -41,10 +49,13 @@ async def test_sigterm_lets_a_slow_request_finish_and_exits_cleanly(
     async with httpx.AsyncClient(base_url=process.url, timeout=30) as client:
         proxy.delay = 2.0  # the API server now answers slowly
         slow = asyncio.create_task(client.get(f"/routes/{route}", headers=auth))
-        await asyncio.sleep(0.5)
+        # SIGTERM once the API server's answer to the read is being held back.
+        await _until(lambda: proxy.delayed > 0, "the read's answer held by the proxy")
         process.proc.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.3)
-        during = await client.get("/readyz")
+        async with asyncio.timeout(30):
+            during = await client.get("/readyz")
+            while during.status_code == 200:  # until the signal has been handled
+                during = await client.get("/readyz")
         assert during.status_code == 503
         assert during.json()["reason"] == "shutting down"
         finished = await slow

@@ -22,11 +22,9 @@ stays Pending: enough to check which selectors find it.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,13 +34,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from pydantic import ValidationError
 
 from controlplane.admin import Admin, AdminError, Obj, kubeconfig, load_yaml_dir
 from controlplane.server import ControlPlane
-from slo_api.app import create_app
 from slo_api.settings import Settings
 from tests.integration import crs
+from tests.integration.service import serving
 
 pytestmark = pytest.mark.integration
 
@@ -227,16 +224,8 @@ async def _serving(plane: Plane, tmp_path: Path) -> AsyncIterator[httpx.AsyncCli
     token = admin.service_account_token(NAMESPACE, account)
     path = tmp_path / "slo-api.kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig(plane.url, plane.ca_cert, user=NAME, token=token)))
-    app = create_app(Settings(**settings, kubeconfig=str(path), crd_recheck_seconds=1))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://slo-api") as client:
-            # A guard against hanging, not a measurement: every kind listed, then ready.
-            deadline = time.monotonic() + 60
-            while (ready := await client.get("/readyz")).status_code != 200:
-                assert time.monotonic() < deadline, ready.text
-                await asyncio.sleep(0.05)
-            yield client
+    async with serving(Settings(**settings, kubeconfig=str(path), crd_recheck_seconds=1)) as svc:
+        yield svc.client
 
 
 async def test_the_upgrade_keeps_the_service_the_secret_and_the_old_token(
@@ -326,9 +315,3 @@ async def test_the_upgrade_keeps_the_service_the_secret_and_the_old_token(
         assert written.status_code == 200, written.text
     stored = admin.get(crs.SLO, "LLMSLORequirement", TEAM, "chat")
     assert stored["spec"]["priority"] == 7
-
-
-def test_a_token_too_short_for_the_upgrade_points_at_the_guide() -> None:
-    with pytest.raises(ValidationError, match=r"docs/upgrade\.md"):
-        Settings(slo_api_token="abc123", slo_api_kubernetes_auth=True)
-    assert "16 characters" in (REPO / "docs" / "upgrade.md").read_text()

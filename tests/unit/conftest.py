@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
@@ -75,13 +76,30 @@ def pool_cr(name: str, members: list[str], **spec: Any) -> dict[str, Any]:
 Started = Callable[..., contextlib.AbstractAsyncContextManager[tuple[httpx.AsyncClient, Any]]]
 
 
+async def until(check: Callable[[], object], what: str, within: float = 10) -> None:
+    """Let the loop run until `check()` is true. The limit is on loop time and only turns a
+    hang into a failure: nothing is asserted about how long it took."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"never {what}")
+        await asyncio.sleep(0.01)
+
+
+async def until_ready(app: Any) -> None:
+    """Until every kind has synced (what /readyz says 200 for)."""
+    await until(app.state.runtime.ready, "ready")
+
+
 @pytest.fixture
 def start() -> Started:
-    """start(kube, **settings) -> async context of (client, app), ready once lifespan ran."""
+    """start(kube, **settings) -> async context of (client, app), ready (every kind synced);
+    with `ready=False`, as soon as the lifespan has started."""
 
     @contextlib.asynccontextmanager
     async def _start(
-        kube: FakeKube | None = None, **overrides: Any
+        kube: FakeKube | None = None, *, ready: bool = True, **overrides: Any
     ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
         fake = kube or FakeKube()
 
@@ -91,6 +109,8 @@ def start() -> Started:
         settings = Settings(**{"slo_api_token": TOKEN, **overrides})
         app = create_app(settings, kube_factory=factory)  # type: ignore[arg-type]
         async with app.router.lifespan_context(app):
+            if ready:
+                await until_ready(app)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
                 yield client, app

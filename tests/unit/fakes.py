@@ -1,49 +1,118 @@
-"""A small in-memory stand-in for slo_api.kube.Kube, for HTTP-layer and fault tests."""
+"""One in-memory fake of the seam, `slo_api.kube.Kube`, for every unit test that needs an API
+server.
+
+It answers `Kube`'s public methods (never its internals) from plain dicts: CRs by (plural,
+namespace, name), ConfigMaps, TokenReviews for one known token, SubjectAccessReviews from a set
+of grants, Events recorded. Watches stay open and quiet unless a test pushes an event, so the
+index changes only when a test says so.
+
+Faults come from one hook, as safir's Kubernetes mock has it: `error_callback(method, *args)`
+is called at the start of every method with the method's name and positional arguments.
+Raising from it is the API server failing that call; an async callback holds the call until
+it returns (a slow answer, a call in flight).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncGenerator
+import inspect
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from slo_api.kube import KubeError, Resource
 
 Obj = dict[str, Any]
+ErrorCallback = Callable[..., Awaitable[None] | None]
+# (verb, API group, plural, namespace): what a SubjectAccessReview allows.
+Grant = tuple[str, str, str, str]
+
+TOKEN = "kube-identity-token"  # the bearer token the fake's TokenReviews authenticate
+USER = "system:serviceaccount:team:editor"
+SLO_GROUP = "inference.modelsphere.dev"
+POOL_GROUP = "inference.llmkube.dev"
+PLURALS = {"llmslorequirements", "jobslorequirements", "modelpools"}
 
 
 def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
+    """RFC 7386's MergePatch, written as the RFC's pseudo-code reads, on copies.
+
+    An oracle for the code under test, which has its own implementation: keep this one
+    literal rather than shared. tests/unit/test_fakes.py checks it against the RFC's examples,
+    tests/integration/test_echoes.py against the API server.
+    """
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
+    if not isinstance(target, dict):
+        target = {}  # "Ignore the contents and set it to an empty Object"
+    target = dict(target)
+    for name, value in patch.items():
         if value is None:
-            result.pop(key, None)
+            if name in target:
+                del target[name]
         else:
-            result[key] = merge(result.get(key), value)
-    return result
+            target[name] = merge(target.get(name), value)
+    return target
+
+
+def fail(error: BaseException, *methods: str, times: int | None = 1) -> ErrorCallback:
+    """An `error_callback` that raises `error` from the next `times` calls of `methods` (of
+    any method when none is named), then lets every call through; `times=None`: every call."""
+    left = [times]
+
+    def callback(method: str, *args: Any) -> None:
+        if methods and method not in methods:
+            return
+        if left[0] is None:
+            raise error
+        if left[0] > 0:
+            left[0] -= 1
+            raise error
+
+    return callback
+
+
+def not_found() -> KubeError:
+    return KubeError(404, "NotFound", "not found", is_status=True)
 
 
 class FakeKube:
-    """Objects by (plural, namespace, name); watches idle until closed. Faults are injectable."""
+    """Stands where `Kube` does (the runtime's `kube_factory`, or a `Kube` argument)."""
 
-    def __init__(self, objects: dict[str, list[Obj]] | None = None) -> None:
+    def __init__(
+        self,
+        objects: dict[str, list[Obj]] | None = None,
+        *,
+        grants: Iterable[Grant] = (),
+        error_callback: ErrorCallback | None = None,
+    ) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.rv = 100
-        self.missing: set[str] = set()
+        self.missing: set[str] = set()  # plurals whose CRD is not installed
         # API groups discovery says serve every plural that is not missing.
-        self.groups = {"inference.modelsphere.dev", "inference.llmkube.dev"}
-        self.fail_next: KubeError | None = None
-        self.patches: list[tuple[str, Obj, bool]] = []
+        self.groups = {SLO_GROUP, POOL_GROUP}
+        self.error_callback = error_callback
+        self.patches: list[tuple[str, Obj, bool]] = []  # (plural, patch, dry run)
         self.closed = False
         self.timeout = 5.0
         self.config_maps: dict[tuple[str, str], Obj] = {}
+        self.grants: set[Grant] = set(grants)
+        # When set, every TokenReview (SubjectAccessReview) gets this status, whatever the
+        # token (the grants).
+        self.token_answer: Obj | None = None
+        self.access_answer: Obj | None = None
+        self.token_reviews: list[Obj] = []  # {"token", "audiences"} per TokenReview
+        self.access_reviews: list[Obj] = []  # the spec of each SubjectAccessReview
+        self.events: list[Obj] = []  # Events created, in order
+        self._watch_events: dict[str, list[asyncio.Queue[Obj]]] = {}
         for plural, items in (objects or {}).items():
             for obj in items:
                 self.add(plural, obj)
 
+    # -- the test's side ---------------------------------------------------------------------
+
     def add(self, plural: str, obj: Obj) -> Obj:
+        """Store a CR as the API server would (a namespace, a uid, a new resourceVersion)."""
         self.rv += 1
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
@@ -53,40 +122,67 @@ class FakeKube:
         self.objects[(plural, meta["namespace"], meta["name"])] = obj
         return obj
 
-    def _fault(self) -> None:
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
+    def push(self, plural: str, event: Obj) -> None:
+        """Send a watch event to every open watch of `plural`."""
+        for queue in self._watch_events.get(plural, []):
+            queue.put_nowait(copy.deepcopy(event))
 
-    async def list(self, res: Resource, **_: Any) -> Obj:
+    async def _called(self, method: str, *args: Any) -> None:
+        if self.error_callback is None:
+            return
+        result = self.error_callback(method, *args)
+        if inspect.isawaitable(result):
+            await result
+
+    # -- Kube's methods ------------------------------------------------------------------------
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        limit: int = 500,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> Obj:
+        await self._called("list", res)
         if res.plural in self.missing:
-            raise KubeError(404, message="404 page not found")
-        items = [copy.deepcopy(o) for (p, _, _), o in self.objects.items() if p == res.plural]
+            raise KubeError(404, message="404 page not found")  # a missing CRD: no Status
+        items = [
+            copy.deepcopy(o)
+            for (plural, ns, _), o in self.objects.items()
+            if plural == res.plural and namespace in (None, ns)
+        ]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
 
     async def ready(self) -> bool:
+        try:
+            await self._called("ready")
+        except KubeError:
+            return False
         return True
 
     async def served(self, group: str, version: str) -> set[str]:
+        await self._called("served", group, version)
         if group not in self.groups:
             return set()
-        plurals = {"llmslorequirements", "jobslorequirements", "modelpools"}
-        return plurals - self.missing
+        return PLURALS - self.missing
 
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
-        self._fault()
+        await self._called("get", res, namespace, name)
         obj = self.objects.get((res.plural, namespace, name))
         if obj is None:
-            raise KubeError(404, "NotFound", "not found", is_status=True)
+            raise not_found()
         return copy.deepcopy(obj)
 
     async def patch(
         self, res: Resource, namespace: str, name: str, patch: Obj, *, dry_run: bool = False
     ) -> Obj:
-        self._fault()
+        await self._called("patch", res, namespace, name, patch)
         key = (res.plural, namespace, name)
         if key not in self.objects:
-            raise KubeError(404, "NotFound", "not found", is_status=True)
+            raise not_found()
         self.patches.append((res.plural, copy.deepcopy(patch), dry_run))
         wanted = patch.get("metadata") or {}
         stored = self.objects[key]["metadata"]
@@ -110,25 +206,51 @@ class FakeKube:
         self.objects[key] = merged
         return copy.deepcopy(merged)
 
+    async def review_token(self, token: str, audiences: Sequence[str]) -> Obj:
+        await self._called("review_token", token, audiences)
+        self.token_reviews.append({"token": token, "audiences": list(audiences)})
+        if self.token_answer is not None:
+            return self.token_answer
+        if token != TOKEN:
+            return {"authenticated": False, "error": "invalid bearer token"}
+        return {
+            "authenticated": True,
+            "user": {"username": USER, "uid": "u-1", "groups": ["system:authenticated"]},
+            "audiences": list(audiences) or ["https://kubernetes.default.svc"],
+        }
+
+    async def review_access(self, spec: Obj) -> Obj:
+        await self._called("review_access", spec)
+        self.access_reviews.append(spec)
+        if self.access_answer is not None:
+            return self.access_answer
+        a = spec["resourceAttributes"]
+        return {"allowed": (a["verb"], a["group"], a["resource"], a["namespace"]) in self.grants}
+
+    async def create_event(self, namespace: str, event: Obj) -> Obj:
+        await self._called("create_event", namespace, event)
+        self.events.append(event)
+        return event
+
     async def get_config_map(self, namespace: str, name: str) -> Obj:
-        self._fault()
+        await self._called("get_config_map", namespace, name)
         cm = self.config_maps.get((namespace, name))
         if cm is None:
-            raise KubeError(404, "NotFound", "not found", is_status=True)
+            raise not_found()
         return copy.deepcopy(cm)
 
     async def create_config_map(self, namespace: str, body: Obj) -> Obj:
-        self._fault()
+        await self._called("create_config_map", namespace, body)
         key = (namespace, body["metadata"]["name"])
         if key in self.config_maps:
             raise KubeError(409, "AlreadyExists", "already exists", is_status=True)
         return self._store_config_map(key, body)
 
     async def replace_config_map(self, namespace: str, name: str, body: Obj) -> Obj:
-        self._fault()
+        await self._called("replace_config_map", namespace, name, body)
         stored = self.config_maps.get((namespace, name))
         if stored is None:
-            raise KubeError(404, "NotFound", "not found", is_status=True)
+            raise not_found()
         if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
             raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
         return self._store_config_map((namespace, name), body)
@@ -141,11 +263,23 @@ class FakeKube:
         return copy.deepcopy(cm)
 
     async def watch(
-        self, res: Resource, *, initial_events: bool = False, **_: Any
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        initial_events: bool = False,
+        namespace: str | None = None,
+        label_selector: str = "",
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Obj, None]:
+        await self._called("watch", res)
+        if on_open is not None:
+            on_open()
         if initial_events:
             # A list streamed as a watch's initial events, as a current API server sends it.
-            page = await self.list(res)
+            page = await self.list(res, namespace=namespace)
             for obj in page["items"]:
                 yield {"type": "ADDED", "object": obj}
             yield {
@@ -157,8 +291,13 @@ class FakeKube:
                     }
                 },
             }
-        await asyncio.Event().wait()
-        yield {}
+        queue: asyncio.Queue[Obj] = asyncio.Queue()
+        self._watch_events.setdefault(res.plural, []).append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._watch_events[res.plural].remove(queue)
 
     async def close(self) -> None:
         self.closed = True

@@ -7,7 +7,7 @@ tests/integration/test_kubernetes_auth.py; these check slo-api's own bookkeeping
 from __future__ import annotations
 
 import asyncio
-import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,12 +18,10 @@ from slo_api.events import EventRecorder
 from slo_api.kube import KubeError, KubeUnavailable
 from slo_api.metrics import Metrics
 from slo_api.settings import Settings
-from tests.unit.conftest import AUTH, Started
-from tests.unit.fakes import FakeKube
+from tests.unit.conftest import AUTH, Started, until
+from tests.unit.fakes import SLO_GROUP, TOKEN, USER, FakeKube, fail
 
 Obj = dict[str, Any]
-USER = "system:serviceaccount:team-a:console"
-TOKEN = "a-kubernetes-token-for-the-console"
 
 
 def _llm(namespace: str, name: str) -> Obj:
@@ -35,49 +33,11 @@ def _llm(namespace: str, name: str) -> Obj:
     }
 
 
-class ReviewingKube(FakeKube):
-    """Answers TokenReviews for TOKEN and SubjectAccessReviews from a set of grants."""
-
-    def __init__(self, grants: set[tuple[str, str, str]], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.grants = grants  # (verb, plural, namespace)
-        self.token_reviews: list[Obj] = []
-        self.access_reviews: list[Obj] = []
-        self.events: list[Obj] = []
-        self.review_fault: KubeError | None = None
-        self.event_fault: KubeError | None = None
-        self.audiences = ["https://kubernetes.default.svc"]
-
-    async def review_token(self, token: str, audiences: list[str]) -> Obj:
-        self.token_reviews.append({"token": token, "audiences": audiences})
-        if self.review_fault:
-            raise self.review_fault
-        if token != TOKEN:
-            return {"authenticated": False, "error": "invalid bearer token"}
-        return {
-            "authenticated": True,
-            "user": {"username": USER, "uid": "u-1", "groups": ["system:authenticated"]},
-            "audiences": audiences or self.audiences,
-        }
-
-    async def review_access(self, spec: Obj) -> Obj:
-        self.access_reviews.append(spec)
-        if self.review_fault:
-            raise self.review_fault
-        attrs = spec["resourceAttributes"]
-        allowed = (attrs["verb"], attrs["resource"], attrs["namespace"]) in self.grants
-        return {"allowed": allowed}
-
-    async def create_event(self, namespace: str, event: Obj) -> Obj:
-        if self.event_fault:
-            raise self.event_fault
-        self.events.append(event)
-        return event
-
-
-def _kube(grants: set[tuple[str, str, str]]) -> ReviewingKube:
-    return ReviewingKube(
-        grants, objects={"llmslorequirements": [_llm("a", "in-a"), _llm("b", "in-b")]}
+def _kube(grants: set[tuple[str, str, str]]) -> FakeKube:
+    """Grants as (verb, plural, namespace), on the LLM SLOs' API group."""
+    return FakeKube(
+        {"llmslorequirements": [_llm("a", "in-a"), _llm("b", "in-b")]},
+        grants={(verb, SLO_GROUP, plural, ns) for verb, plural, ns in grants},
     )
 
 
@@ -89,19 +49,15 @@ EDIT_A = {
 }
 
 
-async def _ready(app: Any) -> None:
-    for _ in range(500):
-        if app.state.runtime.ready():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
-
-
-def test_ttl_cache_forgets_after_its_ttl_and_holds_at_most_its_size() -> None:
+def test_ttl_cache_forgets_after_its_ttl_and_holds_at_most_its_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("slo_api.access.reviews.time", SimpleNamespace(monotonic=lambda: clock[0]))
     cache: TtlCache[str, bool] = TtlCache(size=2)
     cache.put("gone", True, ttl=0.01)
     cache.put("kept", False, ttl=60)
-    time.sleep(0.02)
+    clock[0] += 0.02
     assert cache.get("gone") is None
     assert cache.get("kept") is False
     cache.put("x", True, 60)
@@ -122,7 +78,6 @@ def test_settings_need_static_tokens_or_kubernetes_auth() -> None:
 async def test_reviews_are_cached_by_token_hash_and_never_hold_the_token(start: Started) -> None:
     kube = _kube(EDIT_A)
     async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
         for _ in range(3):
             assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
         assert len(kube.token_reviews) == 1
@@ -139,8 +94,7 @@ async def test_reviews_are_cached_by_token_hash_and_never_hold_the_token(start: 
 
 async def test_a_refused_token_is_401_and_remembered(start: Started) -> None:
     kube = _kube(EDIT_A)
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         for _ in range(2):
             answer = await client.get("/routes/in-a", headers={"Authorization": "Bearer nope"})
             assert answer.status_code == 401
@@ -149,16 +103,14 @@ async def test_a_refused_token_is_401_and_remembered(start: Started) -> None:
 
 async def test_without_kubernetes_auth_other_tokens_are_never_reviewed(start: Started) -> None:
     kube = _kube(EDIT_A)
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 401
         assert kube.token_reviews == []
 
 
 async def test_rbac_decides_and_a_denial_names_the_verb_and_kind_only(start: Started) -> None:
     kube = _kube(EDIT_A | {("get", "llmslorequirements", "b")})
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         denied = await client.put("/routes/in-b", json={"priority": 1}, headers=BEARER)
         assert denied.status_code == 403
         message = denied.json()["error"]["message"]
@@ -182,8 +134,7 @@ async def test_rbac_decides_and_a_denial_names_the_verb_and_kind_only(start: Sta
 
 async def test_config_lists_the_namespaces_the_caller_may_list(start: Started) -> None:
     kube = _kube(EDIT_A)
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         for view in ("summary", "full"):
             page = (await client.get("/config", params={"view": view}, headers=BEARER)).json()
             assert [i["route"] for i in page["items"]] == ["in-a"]
@@ -195,18 +146,18 @@ async def test_config_lists_the_namespaces_the_caller_may_list(start: Started) -
 @pytest.mark.parametrize("fault", [KubeUnavailable(0, "Unavailable", "refused"), KubeError(500)])
 async def test_an_unanswered_review_fails_closed_with_503(start: Started, fault: KubeError) -> None:
     kube = _kube(EDIT_A)
-    kube.review_fault = fault
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    reviews_fail = fail(fault, "review_token", "review_access", times=None)
+    kube.error_callback = reviews_fail
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         for path in ("/routes/in-a", "/config"):
             answer = await client.get(path, headers=BEARER)
             assert answer.status_code == 503
             assert answer.headers["retry-after"] == "5"
             assert answer.json()["error"]["code"] == "unavailable"
         # The token is authenticated once the API server answers; its access is not yet known.
-        kube.review_fault = None
+        kube.error_callback = None
         assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
-        kube.review_fault = fault
+        kube.error_callback = reviews_fail
         assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 503
 
 
@@ -214,16 +165,12 @@ async def test_a_write_records_an_event_and_a_failed_event_never_fails_it(
     start: Started,
 ) -> None:
     kube = _kube(EDIT_A)
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         assert (await client.put("/routes/in-a", json={"priority": 3}, headers=BEARER)).is_success
         dry = await client.delete("/routes/in-a?dryRun=true", headers=BEARER)
         assert dry.status_code == 200
         assert (await client.delete("/routes/in-a", headers=BEARER)).status_code == 204
-        for _ in range(100):
-            if len(kube.events) == 2:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(kube.events) == 2, "two Events recorded")
         assert [(e["reason"], e["action"]) for e in kube.events] == [
             ("SLOUpdated", "Update"),
             ("SLOReset", "Reset"),
@@ -233,7 +180,7 @@ async def test_a_write_records_an_event_and_a_failed_event_never_fails_it(
         assert first["regarding"]["name"] == "in-a"
         assert first["regarding"]["namespace"] == "a"
         assert first["reportingController"] == "slo-api"
-        kube.event_fault = KubeUnavailable(0, "Unavailable", "gone")
+        kube.error_callback = fail(KubeUnavailable(0, "Unavailable", "gone"), "create_event")
         answer = await client.put("/routes/in-a", json={"priority": 4}, headers=BEARER)
         assert answer.status_code == 200
         for _ in range(100):
@@ -250,8 +197,7 @@ async def test_the_request_log_names_the_caller_never_the_token(
 ) -> None:
     kube = _kube(EDIT_A)
     caplog.set_level("INFO", logger="slo_api.request")
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         assert (await client.get("/routes/in-a", headers=BEARER)).status_code == 200
         assert (await client.get("/routes/in-a", headers=AUTH)).status_code == 200
         assert (await client.get("/routes/in-b", headers=BEARER)).status_code == 404
@@ -264,7 +210,11 @@ async def test_the_request_log_names_the_caller_never_the_token(
     assert all(TOKEN not in r.getMessage() for r in caplog.records)
 
 
-async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded() -> None:
+async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("slo_api.events.time", SimpleNamespace(monotonic=lambda: clock[0]))
     kube = _kube(set())
     recorder = EventRecorder(kube, Metrics(), instance="t", burst=2, refill_seconds=3600)  # type: ignore[arg-type]
     cr = _llm("a", "hot")
@@ -278,8 +228,7 @@ async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded
         ("hot", "user-1 changed priority through slo-api"),
         ("cold", "user-x changed priority through slo-api"),
     ]
-    recorder.refill_seconds = 0.001
-    await asyncio.sleep(0.01)
+    clock[0] += 2 * 3600  # two Events' refill: the budget is full again
     recorder.record(cr, "SLOReset", [], "user-9")
     await recorder.close()
     assert kube.events[-1]["note"] == (

@@ -16,16 +16,13 @@ import pytest
 
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
-from tests.unit.conftest import AUTH, Started
-from tests.unit.fakes import FakeKube
+from tests.unit.conftest import AUTH, Started, until
+from tests.unit.fakes import TOKEN, USER, FakeKube, Grant
 
 Obj = dict[str, Any]
 NEW, OLD, POOLS = "inference.modelsphere.dev", "inference.x-k8s.io", "inference.llmkube.dev"
-USER = "system:serviceaccount:team-a:console"
-TOKEN = "a-kubernetes-token-for-the-console"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 LLMS = "llmslorequirements"
-Grant = tuple[str, str, str, str]  # (verb, group, plural, namespace)
 
 
 def _llm(namespace: str, name: str, group: str = NEW, route: str | None = None) -> Obj:
@@ -56,68 +53,11 @@ def _pool(namespace: str, name: str, members: list[str]) -> Obj:
     }
 
 
-class RbacKube(FakeKube):
-    """Answers TokenReviews for TOKEN and SubjectAccessReviews from grants that name groups."""
-
-    def __init__(self, grants: set[Grant], objects: dict[str, list[Obj]], **kw: Any) -> None:
-        super().__init__(objects, **kw)
-        self.grants = grants
-        self.token_reviews: list[str] = []
-        self.access_reviews: list[Obj] = []
-        self.events: list[Obj] = []
-        self.access_answer: Obj | None = None
-        # While set, TokenReviews of tokens other than TOKEN wait for it.
-        self.hold_tokens: asyncio.Event | None = None
-        self.in_flight = self.most_in_flight = 0
-        self.access_in_flight = self.most_access_in_flight = 0
-
-    async def review_token(self, token: str, audiences: list[str]) -> Obj:
-        self.token_reviews.append(token)
-        if token != TOKEN:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            try:
-                if self.hold_tokens is not None:
-                    await self.hold_tokens.wait()
-            finally:
-                self.in_flight -= 1
-            return {"authenticated": False}
-        return {
-            "authenticated": True,
-            "user": {"username": USER, "uid": "u-1", "groups": ["system:authenticated"]},
-        }
-
-    async def review_access(self, spec: Obj) -> Obj:
-        self.access_reviews.append(spec)
-        self.access_in_flight += 1
-        self.most_access_in_flight = max(self.most_access_in_flight, self.access_in_flight)
-        try:
-            await asyncio.sleep(0)  # let concurrent requests ask the same question meanwhile
-        finally:
-            self.access_in_flight -= 1
-        if self.access_answer is not None:
-            return self.access_answer
-        a = spec["resourceAttributes"]
-        return {"allowed": (a["verb"], a["group"], a["resource"], a["namespace"]) in self.grants}
-
-    async def create_event(self, namespace: str, event: Obj) -> Obj:
-        self.events.append(event)
-        return event
-
-
 def _grants(group: str, plural: str, namespace: str, *verbs: str) -> set[Grant]:
     return {(v, group, plural, namespace) for v in verbs}
 
 
-async def _ready(app: Any) -> None:
-    for _ in range(500):
-        if app.state.runtime.ready():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
-
-
-async def _settled(kube: RbacKube) -> None:
+async def _settled(kube: FakeKube) -> None:
     """Let Events sent in the background reach the fake."""
     for _ in range(5):
         await asyncio.sleep(0)
@@ -134,10 +74,9 @@ async def test_the_review_names_the_group_that_holds_the_cr(
     The write, its Event and its audit line name the CR the review was about."""
     caplog.set_level("INFO", logger="slo_api.audit")
     grants = _grants(granted, LLMS, "a", "get", "list", "watch", "patch")
-    kube = RbacKube(grants, {LLMS: [_llm("a", "chat", OLD)]})
+    kube = FakeKube({LLMS: [_llm("a", "chat", OLD)]}, grants=grants)
     kube.groups = {OLD, POOLS}
     async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
         got = await client.get("/routes/chat", headers=BEARER)
         put = await client.put("/routes/chat", json={"priority": 3}, headers=BEARER)
         listed = (await client.get("/config", headers=BEARER)).json()
@@ -165,10 +104,9 @@ async def test_the_review_names_the_group_that_holds_the_cr(
 
 
 async def test_a_refusal_names_the_group_of_the_cr(start: Started) -> None:
-    kube = RbacKube(_grants(OLD, LLMS, "a", "get"), {LLMS: [_llm("a", "chat", OLD)]})
+    kube = FakeKube({LLMS: [_llm("a", "chat", OLD)]}, grants=_grants(OLD, LLMS, "a", "get"))
     kube.groups = {OLD, POOLS}
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         denied = await client.put("/routes/chat", json={"priority": 3}, headers=BEARER)
         assert denied.status_code == 403
         assert f"patch {LLMS}.{OLD}" in denied.json()["error"]["message"]
@@ -186,12 +124,11 @@ async def test_routes_a_caller_may_not_read_are_404_like_unknown_ones(start: Sta
         ],
         "modelpools": [_pool("a", "slot", ["alone"])],
     }
-    kube = RbacKube(set(), objects)
+    kube = FakeKube(objects, grants=set())
     async with start(kube, slo_api_kubernetes_auth=True, access_denied_seconds=0) as (
         client,
-        app,
+        _app,
     ):
-        await _ready(app)
         answers = []
         for route in ("alone", "twice", "slot", "never-was"):
             for method, body in (("GET", None), ("PUT", {"priority": 1}), ("DELETE", None)):
@@ -216,9 +153,8 @@ async def test_a_write_that_changes_nothing_sends_no_patch_and_records_no_event(
     start: Started,
 ) -> None:
     grants = _grants(NEW, LLMS, "a", "get", "patch")
-    kube = RbacKube(grants, {LLMS: [_llm("a", "chat")]})
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    kube = FakeKube({LLMS: [_llm("a", "chat")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         current = (await client.get("/routes/chat", headers=BEARER)).json()
         for headers in (BEARER, AUTH):
             echoed = await client.put("/routes/chat", json=current, headers=headers)
@@ -243,9 +179,8 @@ async def test_a_write_the_index_thinks_empty_is_checked_against_the_api_server(
     start: Started,
 ) -> None:
     """The index's copy may lag: "no change" is decided on the CR as the API server holds it."""
-    kube = RbacKube(set(), {LLMS: [_llm("a", "chat")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    kube = FakeKube({LLMS: [_llm("a", "chat")]}, grants=set())
+    async with start(kube) as (client, _):
         kube.objects[LLMS, "a", "chat"]["spec"]["priority"] = 5  # changed around the index
         put = await client.put("/routes/chat", json={"priority": 0}, headers=AUTH)
         assert put.status_code == 200
@@ -263,11 +198,10 @@ async def test_a_member_shows_its_pool_only_to_callers_who_may_get_it(
     grants = _grants(NEW, LLMS, "a", "get", "patch", "list")
     if may_get_pool:
         grants |= _grants(POOLS, "modelpools", "a", "get", "list")
-    kube = RbacKube(
-        grants, {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}
+    kube = FakeKube(
+        {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}, grants=grants
     )
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         read = (await client.get("/routes/chat", headers=BEARER)).json()
         written = (await client.put("/routes/chat", json={"priority": 1}, headers=BEARER)).json()
         listed = []
@@ -290,11 +224,10 @@ async def test_a_stream_shows_a_members_pool_where_config_does(
     grants = _grants(NEW, LLMS, "a", "get", "list", "watch")
     if may_list_pools:
         grants |= _grants(POOLS, "modelpools", "a", "list")
-    kube = RbacKube(
-        grants, {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}
+    kube = FakeKube(
+        {LLMS: [_llm("a", "chat")], "modelpools": [_pool("a", "slot", ["chat"])]}, grants=grants
     )
     async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
         rt = app.state.runtime
         caller = await rt.access.authenticate(TOKEN)
         # A stream of LLM SLOs in the full view asks about the pools too (with `list` only,
@@ -318,10 +251,9 @@ async def test_a_stream_shows_a_members_pool_where_config_does(
 
 @pytest.mark.parametrize("answer", [{"allowed": "true"}, {"allowed": 1}, {"allowed": None}])
 async def test_only_the_json_boolean_true_allows(start: Started, answer: Obj) -> None:
-    kube = RbacKube(set(), {LLMS: [_llm("a", "chat")]})
+    kube = FakeKube({LLMS: [_llm("a", "chat")]}, grants=set())
     kube.access_answer = answer
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         assert (await client.get("/routes/chat", headers=BEARER)).status_code == 404
 
 
@@ -365,14 +297,9 @@ async def test_a_review_answer_that_cannot_be_read_is_a_failed_review(body: byte
     ],
 )
 async def test_a_token_review_of_the_wrong_shape_is_503(start: Started, status: Obj) -> None:
-    kube = RbacKube(set(), {})
-
-    async def review_token(token: str, audiences: list[str]) -> Obj:
-        return status
-
-    kube.review_token = review_token  # type: ignore[method-assign]
-    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
+    kube = FakeKube({}, grants=set())
+    kube.token_answer = status
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, _):
         answer = await client.get("/config", headers=BEARER)
         assert answer.status_code == 503
         assert answer.headers["retry-after"] == "5"
@@ -385,9 +312,21 @@ async def test_a_token_review_of_the_wrong_shape_is_503(start: Started, status: 
 async def test_identical_concurrent_questions_are_asked_once(start: Started) -> None:
     spaces = [f"ns-{n}" for n in range(30)]
     grants = {g for ns in spaces for g in _grants(NEW, LLMS, ns, "list")}
-    kube = RbacKube(grants, {LLMS: [_llm(ns, f"r-{ns}") for ns in spaces]})
-    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=2) as (client, app):
-        await _ready(app)
+    in_flight = [0, 0]  # (now, most)
+
+    async def counted(method: str, *args: Any) -> None:
+        if method == "review_access":
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            try:
+                await asyncio.sleep(0)  # let concurrent requests ask the same question meanwhile
+            finally:
+                in_flight[0] -= 1
+
+    kube = FakeKube(
+        {LLMS: [_llm(ns, f"r-{ns}") for ns in spaces]}, grants=grants, error_callback=counted
+    )
+    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=2) as (client, _):
         pages = await asyncio.gather(
             *(client.get("/config", params={"pageSize": 200}, headers=BEARER) for _ in range(5))
         )
@@ -395,32 +334,42 @@ async def test_identical_concurrent_questions_are_asked_once(start: Started) -> 
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 30
         # Bounded, and an authenticated caller's questions wait for a slot: none refused.
-        assert kube.most_access_in_flight == 2
+        assert in_flight[1] == 2
 
 
 async def test_a_flood_of_bad_tokens_is_bounded_and_never_holds_up_a_known_caller(
     start: Started,
 ) -> None:
     grants = _grants(NEW, LLMS, "a", "get", "patch")
-    kube = RbacKube(grants, {LLMS: [_llm("a", "chat")]})
-    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=4) as (client, app):
-        await _ready(app)
+    kube = FakeKube({LLMS: [_llm("a", "chat")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True, review_concurrency=4) as (client, _):
         assert (await client.get("/routes/chat", headers=BEARER)).status_code == 200
-        kube.hold_tokens = asyncio.Event()
+        held = asyncio.Event()
+        in_flight = [0, 0]  # (now, most) TokenReviews of unknown tokens
+
+        async def hold_unknown_tokens(method: str, *args: Any) -> None:
+            if method == "review_token" and args[0] != TOKEN:
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight)
+                try:
+                    await held.wait()
+                finally:
+                    in_flight[0] -= 1
+
+        kube.error_callback = hold_unknown_tokens
         flood = [
             asyncio.ensure_future(
                 client.get("/routes/chat", headers={"Authorization": f"Bearer bad-{n}"})
             )
             for n in range(100)
         ]
-        while kube.in_flight < 4:
-            await asyncio.sleep(0.01)
+        await until(lambda: in_flight[0] == 4, "four TokenReviews in flight")
         # The flood holds every TokenReview slot; a caller already known writes meanwhile.
         written = await client.put("/routes/chat", json={"priority": 4}, headers=BEARER)
         assert written.status_code == 200
-        kube.hold_tokens.set()
+        held.set()
         answers = await asyncio.gather(*flood)
-        assert kube.most_in_flight == 4
+        assert in_flight[1] == 4
         codes = {a.status_code for a in answers}
         # Beyond 8 x 4 waiting, a review is refused at once rather than queued.
         assert codes == {401, 503}
@@ -431,9 +380,8 @@ async def test_a_flood_of_bad_tokens_is_bounded_and_never_holds_up_a_known_calle
 
 
 async def test_a_stream_needs_list_and_watch_somewhere(start: Started) -> None:
-    kube = RbacKube(_grants(NEW, LLMS, "a", "get", "list"), {LLMS: [_llm("a", "chat")]})
+    kube = FakeKube({LLMS: [_llm("a", "chat")]}, grants=_grants(NEW, LLMS, "a", "get", "list"))
     async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
-        await _ready(app)
         refused = await client.get("/config", params={"watch": "true"}, headers=BEARER)
         assert refused.status_code == 403
         assert refused.json()["error"]["code"] == "forbidden"
@@ -443,11 +391,10 @@ async def test_a_stream_needs_list_and_watch_somewhere(start: Started) -> None:
 
 async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: Started) -> None:
     grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
-    kube = RbacKube(grants, {LLMS: [_llm("a", "in-a"), _llm("b", "in-b")]})
+    kube = FakeKube({LLMS: [_llm("a", "in-a"), _llm("b", "in-b")]}, grants=grants)
     async with start(
         kube, slo_api_kubernetes_auth=True, token_review_seconds=0, access_allowed_seconds=0
     ) as (_client, app):
-        await _ready(app)
         rt = app.state.runtime
         caller = await rt.access.authenticate(TOKEN)
         access = rt.access.stream(TOKEN, caller, "llm", rt.visible.held)
@@ -475,9 +422,8 @@ async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: 
 
 
 async def test_stream_access_is_free_while_the_caches_hold(start: Started) -> None:
-    kube = RbacKube(_grants(NEW, LLMS, "a", "list", "watch"), {LLMS: [_llm("a", "in-a")]})
+    kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=_grants(NEW, LLMS, "a", "list", "watch"))
     async with start(kube, slo_api_kubernetes_auth=True) as (_client, app):
-        await _ready(app)
         rt = app.state.runtime
         access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
         for _ in range(3):

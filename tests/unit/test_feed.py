@@ -13,6 +13,7 @@ from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
+from tests.unit import vtime
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
 
 Obj = dict[str, Any]
@@ -324,7 +325,13 @@ async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() ->
     await r.stop()
 
 
-async def test_bookmarks_carry_the_latest_revision() -> None:
+def test_bookmarks_carry_the_latest_revision() -> None:
+    vtime.run(_bookmarks_carry_the_latest_revision())
+
+
+async def _bookmarks_carry_the_latest_revision() -> None:
+    # On virtual time (tests/unit/vtime.py): ten bookmark periods pass exactly, however busy
+    # the machine is.
     feed = make_feed(bookmark_seconds=0.01)
     feed.start()
     r = await reader(feed, kind="job")
@@ -373,7 +380,12 @@ async def test_closing_ends_every_stream_and_refuses_new_ones() -> None:
         feed.open("summary", None)
 
 
-async def test_a_burst_of_changes_goes_out_in_one_write() -> None:
+def test_a_burst_of_changes_goes_out_in_one_write() -> None:
+    vtime.run(_a_burst_of_changes_goes_out_in_one_write())
+
+
+async def _a_burst_of_changes_goes_out_in_one_write() -> None:
+    # On virtual time: the burst is written within one flush period, and four periods pass.
     feed = make_feed(flush_seconds=0.05)
     index = feed.index
     r = await reader(feed)

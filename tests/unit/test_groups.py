@@ -1,7 +1,7 @@
 """KindWatch: discovery decides which API groups are watched; settings name the groups.
 
-Driven with a fake of the `Kube` seam that serves CRs per group and answers discovery from a
-table the test changes, as installing or deleting a CRD would.
+Driven with the fake of the seam (tests/unit/fakes.py), made to serve CRs per group and to
+answer discovery from a table the test changes, as installing or deleting a CRD would.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
@@ -28,6 +28,8 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service, Target
 from slo_api.settings import Settings
 from slo_api.watching import Loops
+from tests.unit.conftest import until
+from tests.unit.fakes import ErrorCallback, FakeKube, fail
 
 Obj = dict[str, Any]
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
@@ -49,48 +51,44 @@ def cr(group: str, name: str, route: str | None = None, rv: int = 1) -> Obj:
     }
 
 
-class GroupsKube(Kube):
-    """Discovery from `served` (group -> plurals); lists from `objects` (group -> CRs);
-    watches deliver what `push` sends to a group."""
+class GroupsKube(FakeKube):
+    """The fake of the seam with discovery from `served_plurals` (group -> plurals), lists
+    from `by_group` (group -> CRs) and watches that deliver what `push` sends to a group:
+    the one fake keeps one copy of a CR, and these tests need one per API group."""
 
-    def __init__(self) -> None:  # no API client: nothing real is called
+    def __init__(self) -> None:
+        super().__init__()
         self.served_plurals: dict[str, set[str]] = {}
-        self.objects: dict[str, list[Obj]] = {}
-        self.discovery_error: KubeError | None = None
+        self.by_group: dict[str, list[Obj]] = {}
         self.discovery_calls = 0
-        self.events: dict[str, asyncio.Queue[Obj]] = {}
+        self.queues: dict[str, asyncio.Queue[Obj]] = {}
         self.watching: dict[str, int] = {}  # open watches per group
-        self.held: set[str] = set()  # groups whose lists do not answer (yet)
-        self.discovery_bug: Exception | None = None
 
     def serve(self, group: str, *objs: Obj) -> None:
         self.served_plurals[group] = {PLURAL}
-        self.objects[group] = list(objs)
+        self.by_group[group] = list(objs)
 
     def unserve(self, group: str) -> None:
         """The group's CRD deleted: gone from discovery and lists, and its watches end."""
         self.served_plurals.pop(group, None)
-        self.objects.pop(group, None)
+        self.by_group.pop(group, None)
         for _ in range(self.watching.get(group, 0)):
             self.push(group, GONE)
 
     def push(self, group: str, event: Obj) -> None:
-        self.events.setdefault(group, asyncio.Queue()).put_nowait(event)
+        """Send `event` to the watches of `group` (a group here, not a plural)."""
+        self.queues.setdefault(group, asyncio.Queue()).put_nowait(event)
 
     async def served(self, group: str, version: str) -> set[str]:
         self.discovery_calls += 1
-        if self.discovery_error is not None:
-            raise self.discovery_error
-        if self.discovery_bug is not None:
-            raise self.discovery_bug
+        await self._called("served", group, version)
         return set(self.served_plurals.get(group, set()))
 
     async def list(self, res: Resource, **_: Any) -> Obj:
-        while res.group in self.held:
-            await asyncio.sleep(0.001)
-        if res.group not in self.objects:
+        await self._called("list", res)
+        if res.group not in self.by_group:
             raise KubeError(404, message="404 page not found")
-        items = [copy.deepcopy(o) for o in self.objects[res.group]]
+        items = [copy.deepcopy(o) for o in self.by_group[res.group]]
         return {"items": items, "metadata": {"resourceVersion": "100"}}
 
     async def watch(
@@ -110,7 +108,8 @@ class GroupsKube(Kube):
             end = {"k8s.io/initial-events-end": "true"}
             yield {"type": "BOOKMARK", "object": {"metadata": {"annotations": end}}}
             return
-        queue = self.events.setdefault(res.group, asyncio.Queue())
+        await self._called("watch", res)
+        queue = self.queues.setdefault(res.group, asyncio.Queue())
         self.watching[res.group] = self.watching.get(res.group, 0) + 1
         try:
             while True:
@@ -122,19 +121,28 @@ class GroupsKube(Kube):
             self.watching[res.group] -= 1
 
 
+def hold_lists(group: str) -> tuple[asyncio.Event, ErrorCallback]:
+    """An error_callback holding the lists of `group` until the event returned is set."""
+    released = asyncio.Event()
+
+    async def callback(method: str, *args: Any) -> None:
+        if method == "list" and args[0].group == group:
+            await released.wait()
+
+    return released, callback
+
+
 def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWatch:
     kind: Kind = LLMKind(Resource(groups[0], "v1alpha1", PLURAL), groups)
     return KindWatch(
-        Loops(kube, Service.index_for([kind]), Metrics(), crd_recheck_seconds=3600), kind
+        Loops(
+            cast(Kube, kube),  # the fake stands where Kube does
+            Service.index_for([kind]),
+            Metrics(),
+            crd_recheck_seconds=3600,
+        ),
+        kind,
     )
-
-
-async def until(check: Callable[[], bool], what: str = "condition") -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never: {what}")
 
 
 async def deleted(watch: KindWatch, group: str) -> None:
@@ -274,7 +282,7 @@ async def test_a_group_discovery_misses_before_its_first_list_holds_readiness(
     kube: GroupsKube,
 ) -> None:
     kube.serve(NEW, cr(NEW, "a"))
-    kube.held.add(NEW)  # the first list takes a while
+    released, kube.error_callback = hold_lists(NEW)  # the first list takes a while
     watch = make_watch(kube, groups=(NEW,))
     await watch.discover()
     try:
@@ -283,7 +291,7 @@ async def test_a_group_discovery_misses_before_its_first_list_holds_readiness(
         # Not "synced" with nothing listed: the group's informer goes on to its first list.
         assert not watch.synced
         assert set(watch._tasks) == {(NEW, None)}
-        kube.held.clear()
+        released.set()
         await until(lambda: watch.synced, "synced by the first list")
         assert routes(watch) == {"a": NEW}
     finally:
@@ -306,13 +314,13 @@ async def test_an_unexpected_discovery_failure_is_counted_and_retried(
             delays.append(seconds)
             stale.append(watch.stale)
             if len(delays) == 3:
-                kube.discovery_bug = None
+                kube.error_callback = None
         await real_sleep(0)
 
     monkeypatch.setattr("asyncio.sleep", sleep)
     # A 200 that is not JSON, or a credential plugin failing inside the client: not a
     # KubeError.
-    kube.discovery_bug = ValueError("Expecting value: line 1 column 1")
+    kube.error_callback = fail(ValueError("Expecting value: line 1 column 1"), "served", times=None)
     task = asyncio.create_task(watch.run())
     try:
         await until(lambda: len(delays) >= 3 and watch.discovery_ok, "discovery recovered")
@@ -377,7 +385,8 @@ async def test_a_failed_discovery_holds_readiness_and_is_retried(
     kube: GroupsKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube.serve(NEW, cr(NEW, "a"))
-    kube.discovery_error = KubeError(0, "Unavailable", "cannot reach the API server")
+    unreachable = KubeError(0, "Unavailable", "cannot reach the API server")
+    kube.error_callback = fail(unreachable, "served", times=None)
     watch = make_watch(kube)
     delays: list[float] = []
     real_sleep = asyncio.sleep
@@ -385,7 +394,7 @@ async def test_a_failed_discovery_holds_readiness_and_is_retried(
     async def sleep(seconds: float) -> None:
         delays.append(seconds)
         if len(delays) == 2:
-            kube.discovery_error = None
+            kube.error_callback = None
         await real_sleep(0)
 
     monkeypatch.setattr("slo_api.groups.asyncio.sleep", sleep)

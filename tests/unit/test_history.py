@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
@@ -14,20 +13,12 @@ from slo_api.kinds.pool import PoolKind
 from slo_api.kube import KubeError, Resource
 from slo_api.service import Service, Target
 from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr
-from tests.unit.fakes import FakeKube
+from tests.unit.fakes import FakeKube, fail
 from tests.unit.test_feed import Reader
 
 PLURAL = "llmslorequirements"
 LLM = LLMKind(Resource("inference.modelsphere.dev", "v1alpha1", PLURAL))
 POOL = PoolKind(Resource("inference.llmkube.dev", "v1alpha1", "modelpools"))
-
-
-async def _ready(app: Any) -> None:
-    for _ in range(200):
-        if app.state.runtime.ready():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
 
 
 def _managed(*entries: tuple[str, str, list[str]]) -> list[dict[str, Any]]:
@@ -83,8 +74,7 @@ def test_history_names_stay_valid_for_the_longest_cr_names() -> None:
 
 async def test_a_write_through_slo_api_is_recorded_once_with_its_caller(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         assert (await client.get("/routes/a/history", headers=AUTH)).json() == {
             "items": [],
             "total": 0,
@@ -116,8 +106,7 @@ async def test_a_write_through_slo_api_is_recorded_once_with_its_caller(start: S
 
 async def test_the_history_is_bounded_newest_first_and_paginated(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube, route_history_entries=3) as (client, app):
-        await _ready(app)
+    async with start(kube, route_history_entries=3) as (client, _):
         for priority in range(1, 6):
             assert (
                 await client.put("/routes/a", json={"priority": priority}, headers=AUTH)
@@ -131,8 +120,7 @@ async def test_the_history_is_bounded_newest_first_and_paginated(start: Started)
 
 async def test_an_unknown_route_has_no_history_and_history_ends_no_route(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         missing = await client.get("/routes/nope/history", headers=AUTH)
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "not_found"
@@ -184,9 +172,9 @@ async def test_a_history_the_api_server_will_not_give_is_502_naming_nothing(
     start: Started,
 ) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
-        kube.fail_next = KubeError(403, "Forbidden", "configmaps is forbidden", is_status=True)
+    async with start(kube) as (client, _):
+        forbidden = KubeError(403, "Forbidden", "configmaps is forbidden", is_status=True)
+        kube.error_callback = fail(forbidden, "get_config_map")
         got = await client.get("/routes/a/history", headers=AUTH)
         assert got.status_code == 502
         assert got.json()["error"]["code"] == "upstream_error"
@@ -217,8 +205,7 @@ def test_the_index_tells_updates_of_a_held_cr_only() -> None:
 async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
     bound = {"type": "replica", "value": 4}
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=3, maximumDeployment=bound)]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         assert (await client.delete("/routes/a?dryRun=true", headers=AUTH)).is_success
         assert (await client.get("/routes/a/history", headers=AUTH)).json()["total"] == 0
         assert (await client.delete("/routes/a", headers=AUTH)).status_code == 204
@@ -230,10 +217,11 @@ async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
         assert "maximumDeployment" not in entry["after"]
 
 
-async def test_stream_events_of_a_recorded_change_say_who_made_it(start: Started) -> None:
+async def test_stream_events_name_the_caller_of_a_write_and_the_manager_of_a_change(
+    start: Started,
+) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
     async with start(kube, watch_flush_seconds=0) as (client, app):
-        await _ready(app)
         rt = app.state.runtime
         reader = Reader(rt.feed, rt.feed.open("summary", None))
         await reader.settle()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -17,14 +16,6 @@ from slo_api.errors import ApiError
 from slo_api.jsonbody import parse_object
 from tests.unit.conftest import AUTH, Started, llm_cr
 from tests.unit.fakes import FakeKube
-
-
-async def _ready(app: object) -> None:
-    for _ in range(200):
-        if app.state.runtime.ready():  # type: ignore[attr-defined]
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
 
 
 @pytest.mark.parametrize(
@@ -62,8 +53,7 @@ async def test_surrogate_bodies_are_400_and_log_no_traceback(
     start: Started, caplog: pytest.LogCaptureFixture
 ) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         caplog.set_level(logging.INFO)
         for raw in (b'{"\\ud800": 1, "\\ud800": 2}', b'{"ttft": "\\udabcsecret"}'):
             response = await client.put("/routes/a", content=raw, headers=AUTH)
@@ -106,7 +96,7 @@ def test_parse_object_answers_any_body_with_a_value_or_a_sendable_400(
 
 
 async def test_unusual_methods_are_counted_as_other(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         for method in ("PROPFIND", "X-EVIL-1", "BREW"):
             await client.request(method, "/healthz")
         await client.get("/healthz")
@@ -121,8 +111,7 @@ async def test_unusual_methods_are_counted_as_other(start: Started) -> None:
 async def test_trailing_slashes_never_redirect_to_the_host_header(
     start: Started, path: str
 ) -> None:
-    async with start() as (client, app):
-        await _ready(app)
+    async with start() as (client, _):
         response = await client.get(path, headers={**AUTH, "Host": "evil.example"})
         location = response.headers.get("location", "")
         assert "evil.example" not in location
@@ -131,7 +120,7 @@ async def test_trailing_slashes_never_redirect_to_the_host_header(
 
 @pytest.mark.parametrize("sent", ["abc\n", "abc\r\n", "abc\nX-Injected: 1"])
 async def test_a_request_id_must_be_safe_as_a_whole(start: Started, sent: str) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         raw = sent.encode()
         response = await client.get("/healthz", headers=[(b"X-Request-Id", raw)])
         assert response.headers["x-request-id"] != sent
@@ -140,7 +129,7 @@ async def test_a_request_id_must_be_safe_as_a_whole(start: Started, sent: str) -
 
 
 async def test_every_response_says_nosniff_and_the_page_sends_its_csp(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         for path in ("/healthz", "/nowhere", "/demo-webui", "/demo-webui/app.js"):
             response = await client.get(path)
             assert response.headers["x-content-type-options"] == "nosniff", path
@@ -152,7 +141,7 @@ async def test_every_response_says_nosniff_and_the_page_sends_its_csp(start: Sta
 
 
 async def test_docs_load_only_same_origin_assets_and_they_are_served(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         page = await client.get("/docs")
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
@@ -177,7 +166,7 @@ async def test_docs_load_only_same_origin_assets_and_they_are_served(start: Star
 
 
 async def test_docs_can_be_turned_off(start: Started) -> None:
-    async with start(docs_enabled=False) as (client, _app):
+    async with start(docs_enabled=False) as (client, _):
         assert (await client.get("/docs")).status_code == 404
         assert (await client.get("/docs/swagger-ui-bundle.js")).status_code == 404
         assert (await client.get("/openapi.json")).status_code == 200

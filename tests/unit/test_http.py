@@ -9,24 +9,15 @@ from typing import Any
 
 import pytest
 
-from slo_api.kube import KubeError, Resource
-from tests.unit.conftest import AUTH, TOKEN, Started, llm_cr
-from tests.unit.fakes import FakeKube
+from slo_api.kube import KubeError
+from tests.unit.conftest import AUTH, TOKEN, Started, llm_cr, until, until_ready
+from tests.unit.fakes import FakeKube, fail
 
 READ_TOKEN, WRITE_TOKEN = "read-token-000001", "write-token-00001"
 
 
-async def _ready(client: object, app: object) -> None:
-    for _ in range(200):
-        if app.state.runtime.ready():  # type: ignore[attr-defined]
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
-
-
 async def test_routes_and_config_need_a_bearer_token(start: Started) -> None:
-    async with start(FakeKube({"llmslorequirements": [llm_cr("a")]})) as (client, app):
-        await _ready(client, app)
+    async with start(FakeKube({"llmslorequirements": [llm_cr("a")]})) as (client, _):
         for path in ("/routes/a", "/config", "/config/a"):
             missing = await client.get(path)
             assert missing.status_code == 401
@@ -42,7 +33,7 @@ async def test_routes_and_config_need_a_bearer_token(start: Started) -> None:
 
 
 async def test_unknown_paths_and_methods_use_the_envelope(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         missing = await client.get("/nowhere", headers=AUTH)
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "not_found"
@@ -53,8 +44,7 @@ async def test_unknown_paths_and_methods_use_the_envelope(start: Started) -> Non
 
 
 async def test_query_validation_errors_are_400_with_the_field(start: Started) -> None:
-    async with start() as (client, app):
-        await _ready(client, app)
+    async with start() as (client, _):
         for params, field in (
             ({"pageSize": 0}, "pageSize"),
             ({"pageSize": 201}, "pageSize"),
@@ -72,7 +62,7 @@ async def test_query_validation_errors_are_400_with_the_field(start: Started) ->
 
 
 async def test_request_id_is_echoed_or_generated(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         echoed = await client.get("/healthz", headers={"X-Request-Id": "abc-123"})
         assert echoed.headers["x-request-id"] == "abc-123"
         generated = await client.get("/nowhere")
@@ -84,15 +74,14 @@ async def test_request_id_is_echoed_or_generated(start: Started) -> None:
 async def test_readyz_is_503_with_a_reason_until_every_kind_synced(start: Started) -> None:
     gate = asyncio.Event()
 
-    class SlowJobs(FakeKube):
-        async def list(self, res: Resource, **kwargs: Any) -> dict[str, Any]:
-            if res.plural == "jobslorequirements":
-                await gate.wait()
-            return await super().list(res, **kwargs)
+    async def slow_jobs(method: str, *args: Any) -> None:
+        if method == "list" and args[0].plural == "jobslorequirements":
+            await gate.wait()
 
-    kube = SlowJobs()
-    async with start(kube) as (client, app):
-        await asyncio.sleep(0.05)
+    kube = FakeKube(error_callback=slow_jobs)
+    async with start(kube, ready=False) as (client, app):
+        informers = {i.kind.name: i for i in app.state.runtime.informers}
+        await until(lambda: informers["llm"].synced, "the llm kind synced")
         waiting = await client.get("/readyz")
         assert waiting.status_code == 503
         assert waiting.json()["status"] == "not_ready"
@@ -103,15 +92,14 @@ async def test_readyz_is_503_with_a_reason_until_every_kind_synced(start: Starte
         assert listing.status_code == 503
         assert listing.json()["error"]["code"] == "not_ready"
         gate.set()
-        await _ready(client, app)
+        await until_ready(app)
         assert (await client.get("/readyz")).status_code == 200
 
 
-async def test_a_missing_crd_counts_as_synced_and_absent(start: Started) -> None:
+async def test_readyz_reports_a_missing_crd_as_synced_and_absent(start: Started) -> None:
     kube = FakeKube()
     kube.missing.add("jobslorequirements")
-    async with start(kube) as (client, app):
-        await _ready(client, app)
+    async with start(kube) as (client, _):
         body = (await client.get("/readyz")).json()
         assert body["kinds"]["job"] == {
             "synced": True,
@@ -146,8 +134,7 @@ async def test_bad_json_is_400_and_never_reaches_the_api_server(
     start: Started, raw: bytes, says: str
 ) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube) as (client, app):
-        await _ready(client, app)
+    async with start(kube) as (client, _):
         response = await client.put(
             "/routes/a", content=raw, headers={**AUTH, "Content-Type": "application/json"}
         )
@@ -158,8 +145,7 @@ async def test_bad_json_is_400_and_never_reaches_the_api_server(
 
 async def test_body_limits_413_and_415(start: Started) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube, max_body_bytes=2048) as (client, app):
-        await _ready(client, app)
+    async with start(kube, max_body_bytes=2048) as (client, _):
         big = b'{"x": "' + b"a" * 4000 + b'"}'
         declared = await client.put(
             "/routes/a", content=big, headers={**AUTH, "Content-Type": "application/json"}
@@ -192,8 +178,7 @@ async def test_body_limits_413_and_415(start: Started) -> None:
 
 @pytest.mark.parametrize("route", ["a" * 254, "bad%01name", "tab%09name"])
 async def test_hostile_route_names_are_400(start: Started, route: str) -> None:
-    async with start() as (client, app):
-        await _ready(client, app)
+    async with start() as (client, _):
         response = await client.get(f"/routes/{route}", headers=AUTH)
         assert response.status_code == 400
         assert response.json()["error"]["field"] == "route"
@@ -201,8 +186,7 @@ async def test_hostile_route_names_are_400(start: Started, route: str) -> None:
 
 async def test_route_names_are_percent_decoded_once_and_case_sensitive(start: Started) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a", route="team/chat 7b")]})
-    async with start(kube) as (client, app):
-        await _ready(client, app)
+    async with start(kube) as (client, _):
         assert (await client.get("/routes/team%2Fchat%207b", headers=AUTH)).status_code == 200
         assert (await client.get("/routes/team%252Fchat%207b", headers=AUTH)).status_code == 404
         assert (await client.get("/routes/TEAM%2Fchat%207b", headers=AUTH)).status_code == 404
@@ -224,9 +208,8 @@ async def test_api_server_failures_map_to_clear_errors(
     start: Started, caplog: pytest.LogCaptureFixture, error: KubeError, status: int, code: str
 ) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube) as (client, app):
-        await _ready(client, app)
-        kube.fail_next = error
+    async with start(kube) as (client, _):
+        kube.error_callback = fail(error, "get", "patch")
         with caplog.at_level(logging.ERROR):
             response = await client.put("/routes/a", json={"priority": 1}, headers=AUTH)
         assert response.status_code == status
@@ -239,9 +222,8 @@ async def test_timeouts_are_504(start: Started) -> None:
     from slo_api.kube import KubeTimeout
 
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube) as (client, app):
-        await _ready(client, app)
-        kube.fail_next = KubeTimeout(0, "Timeout", "slow")
+    async with start(kube) as (client, _):
+        kube.error_callback = fail(KubeTimeout(0, "Timeout", "slow"), "get")
         response = await client.get("/routes/a", headers=AUTH)
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "upstream_timeout"
@@ -252,8 +234,7 @@ async def test_tokens_never_reach_the_logs(
 ) -> None:
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
     with caplog.at_level(logging.DEBUG):
-        async with start(kube) as (client, app):
-            await _ready(client, app)
+        async with start(kube) as (client, _):
             await client.put("/routes/a", json={"priority": 3}, headers=AUTH)
             await client.get("/routes/a", headers={"Authorization": "Bearer wrong-secret"})
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
@@ -272,8 +253,7 @@ async def test_a_read_token_reads_but_gets_403_on_writes(start: Started, tmp_pat
     tokens = Path(str(tmp_path)) / "tokens"
     tokens.write_text(f"{READ_TOKEN} read\n{WRITE_TOKEN} write\n")
     kube = FakeKube({"llmslorequirements": [llm_cr("a")]})
-    async with start(kube, slo_api_token=None, slo_api_tokens_file=tokens) as (client, app):
-        await _ready(client, app)
+    async with start(kube, slo_api_token=None, slo_api_tokens_file=tokens) as (client, _):
         read = {"Authorization": f"Bearer {READ_TOKEN}"}
         assert (await client.get("/routes/a", headers=read)).status_code == 200
         put = await client.put("/routes/a", json={"priority": 1}, headers=read)
@@ -288,7 +268,7 @@ async def test_a_read_token_reads_but_gets_403_on_writes(start: Started, tmp_pat
 
 
 async def test_the_demo_page_and_its_assets_are_served_without_a_token(start: Started) -> None:
-    async with start() as (client, _app):
+    async with start() as (client, _):
         page = await client.get("/demo-webui")
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
@@ -308,8 +288,7 @@ async def test_a_broken_tokens_file_shows_in_readyz_and_metrics_and_is_never_a_5
 
     tokens = Path(str(tmp_path)) / "tokens"
     tokens.write_text(f"{READ_TOKEN} read\n")
-    async with start(slo_api_tokens_file=tokens) as (client, app):
-        await _ready(client, app)
+    async with start(slo_api_tokens_file=tokens) as (client, _):
         ready = (await client.get("/readyz")).json()
         assert ready["tokensFile"] == {"ok": True}
         assert "slo_api_tokens_file_ok 1.0" in (await client.get("/metrics")).text

@@ -7,7 +7,7 @@ import gc
 import tracemalloc
 from typing import Any
 
-from bench.populate import llm
+from controlplane.fleet import llm
 from slo_api.index import ENTRY_OVERHEAD
 from slo_api.kinds import build_kinds
 from slo_api.service import Service

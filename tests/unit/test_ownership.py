@@ -3,7 +3,6 @@ field_managed, force with a Warning, co-ownership, and `managed` in what GET ans
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from typing import Any
@@ -35,14 +34,6 @@ def owned(obj: dict[str, Any], *entries: dict[str, Any], **annotations: str) -> 
     if annotations:
         obj["metadata"]["annotations"] = annotations
     return obj
-
-
-async def _ready(app: Any) -> None:
-    for _ in range(200):
-        if app.state.runtime.ready():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
 
 
 def test_only_gitops_managers_own_fields() -> None:
@@ -103,8 +94,7 @@ async def test_a_change_to_an_owned_field_is_refused_and_nothing_is_written(
 ) -> None:
     cr = owned(llm_cr("cr-1", route="a", priority=5), applied_by("argocd-controller", "priority"))
     kube = FakeKube({PLURAL: [cr]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         for dry_run in ("false", "true"):
             put = await client.put(
                 "/routes/a", params={"dryRun": dry_run}, json={"priority": 7}, headers=AUTH
@@ -126,8 +116,7 @@ async def test_a_change_to_an_owned_field_is_refused_and_nothing_is_written(
 async def test_an_echo_and_other_fields_go_through(start: Started) -> None:
     cr = owned(llm_cr("cr-1", route="a", priority=5), applied_by("argocd-controller", "priority"))
     kube = FakeKube({PLURAL: [cr]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         body = (await client.get("/routes/a", headers=AUTH)).json()
         assert body["managed"] == {"priority": "argocd-controller"}
         body["minimumDeployment"] = {"type": "replica", "value": 3}
@@ -140,8 +129,7 @@ async def test_an_echo_and_other_fields_go_through(start: Started) -> None:
 async def test_force_writes_with_a_warning_naming_the_tool(start: Started) -> None:
     cr = owned(llm_cr("cr-1", route="a"), applied_by("kustomize-controller", "priority"))
     kube = FakeKube({PLURAL: [cr]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         dry = await client.put(
             "/routes/a",
             params={"force": "true", "dryRun": "true"},
@@ -160,8 +148,7 @@ async def test_force_writes_with_a_warning_naming_the_tool(start: Started) -> No
 
 async def test_a_stale_index_cannot_allow_a_write(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         # Argo CD takes the field over without the index hearing of it yet.
         obj = kube.objects[(PLURAL, "ns", "cr-1")]
         obj["metadata"]["managedFields"] = [applied_by("argocd-controller", "priority")]
@@ -176,8 +163,7 @@ async def test_a_stale_index_cannot_allow_a_write(start: Started) -> None:
 async def test_co_owner_setting_lets_writes_through(start: Started) -> None:
     cr = owned(llm_cr("cr-1", route="a"), applied_by("argocd-controller", "priority"))
     kube = FakeKube({PLURAL: [cr]})
-    async with start(kube, gitops_co_owners="argocd-controller") as (client, app):
-        await _ready(app)
+    async with start(kube, gitops_co_owners="argocd-controller") as (client, _):
         put = await client.put("/routes/a", json={"priority": 7}, headers=AUTH)
         assert put.status_code == 200
         assert "managed" not in put.json()
@@ -186,8 +172,7 @@ async def test_co_owner_setting_lets_writes_through(start: Started) -> None:
 async def test_full_view_and_pool_fields_carry_managed(start: Started) -> None:
     pool = owned(pool_cr("gpu", ["a"]), applied_by("helm", "swapBudget", operation="Update"))
     kube = FakeKube({"modelpools": [pool]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         page = await client.get("/config", params={"view": "full"}, headers=AUTH)
         assert page.json()["items"][0]["managed"] == {"pool.swapBudget": "helm"}
         put = await client.put("/routes/gpu", json={"pool": {"swapBudget": "60s"}}, headers=AUTH)
@@ -198,8 +183,7 @@ async def test_full_view_and_pool_fields_carry_managed(start: Started) -> None:
 async def test_a_stale_index_cannot_refuse_a_write_either(start: Started) -> None:
     cr = owned(llm_cr("cr-1", route="a"), applied_by("argocd-controller", "priority"))
     kube = FakeKube({PLURAL: [cr]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         # The field was handed over (say, Argo CD stopped managing the CR): the index lags.
         obj = kube.objects[(PLURAL, "ns", "cr-1")]
         obj["metadata"]["managedFields"] = [applied_by("kubectl-edit", "priority")]

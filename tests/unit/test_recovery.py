@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -27,6 +27,7 @@ from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
 from slo_api.watching import Informer, Loops
 from tests.unit import vtime
+from tests.unit.fakes import FakeKube
 
 Obj = dict[str, Any]
 GROUP = "inference.modelsphere.dev"
@@ -47,8 +48,9 @@ def virtual_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watching, "time", SimpleNamespace(monotonic=now))
 
 
-class OutageKube(Kube):
-    def __init__(self, down_at: float, back_at: float) -> None:  # no API client
+class OutageKube(FakeKube):
+    def __init__(self, down_at: float, back_at: float) -> None:
+        super().__init__()
         self.down_at = down_at
         self.back_at = back_at
         self.probes = 0
@@ -57,7 +59,7 @@ class OutageKube(Kube):
         self.lists: list[tuple[str, float]] = []  # (plural, when)
 
     @property
-    def rv(self) -> int:
+    def cache_start(self) -> int:
         # The restarted API server's watch cache starts after every version of before.
         return 200 if now() >= self.back_at else 100
 
@@ -85,7 +87,7 @@ class OutageKube(Kube):
     async def list(self, res: Resource, **_: Any) -> Obj:
         self._refuse()
         self.lists.append((res.plural, now()))
-        return {"items": [], "metadata": {"resourceVersion": str(self.rv)}}
+        return {"items": [], "metadata": {"resourceVersion": str(self.cache_start)}}
 
     async def watch(
         self,
@@ -99,7 +101,7 @@ class OutageKube(Kube):
         if initial_events:
             raise KubeError(422, "Invalid", "no streamed lists here", is_status=True)
         self._refuse()
-        if int(resource_version) < self.rv:
+        if int(resource_version) < self.cache_start:
             raise KubeError(410, "Expired", "too old resource version", is_status=True)
         if on_open is not None:
             on_open()
@@ -113,7 +115,8 @@ def informers(kube: OutageKube, shared: Recovery) -> list[Informer]:
     kinds: list[Kind] = [LLMKind(RESOURCES[0]), JobKind(RESOURCES[1]), PoolKind(RESOURCES[2])]
     index = Service.index_for(kinds)
     metrics = Metrics()
-    return [Informer(Loops(kube, index, metrics), kind, recovery=shared) for kind in kinds]
+    loops = Loops(cast(Kube, kube), index, metrics)  # the fake stands where Kube does
+    return [Informer(loops, kind, recovery=shared) for kind in kinds]
 
 
 async def outage(down_for: float, *, probe: bool = True) -> tuple[OutageKube, float]:

@@ -17,9 +17,12 @@ async def test_stop_finishes_when_a_watch_loop_loses_a_cancellation() -> None:
     token = "unit-write-token"
     runtime = Runtime(Settings(slo_api_token=token), kube, Metrics(), TokenStore(token))  # type: ignore[arg-type]
 
+    running = asyncio.Event()
+
     async def stubborn() -> None:
         # asyncio.wait_for on Python 3.11 can return a result and drop a cancellation that
         # arrived at the same moment; the loop then carries on as if nothing happened.
+        running.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
         await asyncio.Event().wait()
@@ -27,7 +30,7 @@ async def test_stop_finishes_when_a_watch_loop_loses_a_cancellation() -> None:
     runtime.informers[0].run = stubborn  # type: ignore[method-assign]
     runtime.start()
     tasks = list(runtime._tasks)
-    await asyncio.sleep(0.01)
+    await running.wait()  # the loop is inside its first wait: the cancellation reaches it there
     stopping = asyncio.create_task(runtime.stop())
     # Nothing from outside cancels `stop` here: it must finish the stubborn loop by itself.
     done, _ = await asyncio.wait({stopping}, timeout=10)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -13,9 +12,9 @@ from pydantic import ValidationError
 
 from slo_api.kube import Resource
 from slo_api.settings import Settings
-from tests.unit.conftest import Started
+from tests.unit.conftest import Started, until
 from tests.unit.fakes import FakeKube
-from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch, until
+from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch
 
 Obj = dict[str, Any]
 
@@ -146,7 +145,7 @@ async def test_each_served_group_is_watched_in_each_listed_namespace() -> None:
         assert watch.state().watched == (NEW, OLD)
 
         # A relist in one namespace leaves the other namespaces' CRs alone.
-        kube.objects[NEW] = [in_ns(cr(NEW, "b", rv=2), "team-b")]
+        kube.by_group[NEW] = [in_ns(cr(NEW, "b", rv=2), "team-b")]
         await watch.informers[(NEW, "team-a")]._list()
         assert names(watch) == {("team-a", "c"), ("team-b", "b")}
 
@@ -178,7 +177,6 @@ async def test_without_namespaces_each_group_is_watched_cluster_wide() -> None:
 
 async def test_readyz_says_what_is_watched(start: Started) -> None:
     async with start(FakeKube()) as (client, _):
-        await until_ready(client)
         assert (await client.get("/readyz")).json()["scope"] == {
             "namespaces": None,
             "labelSelector": None,
@@ -186,16 +184,7 @@ async def test_readyz_says_what_is_watched(start: Started) -> None:
     async with start(
         FakeKube(), watch_namespaces="team-a,team-b", watch_label_selector="tier=prod"
     ) as (client, _):
-        await until_ready(client)
         assert (await client.get("/readyz")).json()["scope"] == {
             "namespaces": ["team-a", "team-b"],
             "labelSelector": "tier=prod",
         }
-
-
-async def until_ready(client: Any) -> None:
-    for _ in range(500):
-        if (await client.get("/readyz")).status_code == 200:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -13,6 +14,7 @@ from slo_api import __main__ as entry
 from slo_api.settings import Settings, unrecognised
 
 TOKEN = "a-token-of-16-chars"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("written", ["INFO", "Info", "info", " WARNING "])
@@ -122,3 +124,9 @@ def test_unset_list_settings_are_their_defaults(monkeypatch: pytest.MonkeyPatch)
     assert settings.slo_api_token_audiences == ()
     assert settings.pool_group == ("inference.llmkube.dev",)
     assert "helm" in settings.gitops_managers
+
+
+def test_a_token_too_short_for_the_upgrade_points_at_the_guide() -> None:
+    with pytest.raises(ValidationError, match=r"docs/upgrade\.md"):
+        Settings(slo_api_token="abc123", slo_api_kubernetes_auth=True)
+    assert "16 characters" in (REPO / "docs" / "upgrade.md").read_text()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from tests.unit.conftest import AUTH, Started, llm_cr
 from tests.unit.fakes import FakeKube
-from tests.unit.test_http import _ready
 
 
 async def test_a_watch_needs_the_token_and_a_resume_from_elsewhere_is_410(start: Started) -> None:
     async with start(FakeKube({"llmslorequirements": [llm_cr("a")]})) as (client, app):
-        await _ready(client, app)
         assert (await client.get("/config", params={"watch": "true"})).status_code == 401
         feed = app.state.runtime.feed
         feed.open("summary", None)
@@ -33,7 +31,6 @@ async def test_a_watch_needs_the_token_and_a_resume_from_elsewhere_is_410(start:
 
 async def test_watchers_beyond_max_watchers_get_429_with_retry_after(start: Started) -> None:
     async with start(FakeKube(), max_watchers=2) as (client, app):
-        await _ready(client, app)
         feed = app.state.runtime.feed
         feed.open("summary", None)
         feed.open("full", "llm")

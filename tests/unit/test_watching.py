@@ -16,7 +16,7 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -32,6 +32,7 @@ from slo_api.metrics import Metrics
 from slo_api.recovery import Backoff
 from slo_api.service import Service
 from slo_api.watching import Informer, Loops
+from tests.unit.fakes import FakeKube
 
 Obj = dict[str, Any]
 GROUP = "inference.modelsphere.dev"
@@ -119,10 +120,12 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 Step = Obj | BaseException | float
 
 
-class FakeKube(Kube):
-    """Answers list and watch from scripts; once a script runs out, the call hangs."""
+class ScriptedKube(FakeKube):
+    """The fake of the seam with list and watch answered from scripts; once a script runs
+    out, the call hangs. The order of pages, events and faults is what these tests are about."""
 
-    def __init__(self, clock: Clock) -> None:  # no API client: nothing real is called
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
         self.clock = clock
         self.pages: list[Obj | BaseException] = []
         self.watches: list[list[Step]] = []
@@ -150,6 +153,7 @@ class FakeKube(Kube):
         namespace: str | None = None,
         label_selector: str = "",
     ) -> Obj:
+        await self._called("list", res)
         self.list_calls.append(continue_)
         self.scopes.append(("list", namespace, label_selector))
         if not self.pages:
@@ -171,6 +175,7 @@ class FakeKube(Kube):
         label_selector: str = "",
         on_open: Callable[[], None] | None = None,
     ) -> AsyncGenerator[Obj, None]:
+        await self._called("watch", res)
         if initial_events:
             self.stream_calls += 1
             if self.initial is None:
@@ -221,18 +226,24 @@ class Loop:
         return sorted(o["metadata"]["name"] for o in self.index.objects(plural))
 
 
-def make_loop(kube: Kube, inactivity: float = 90) -> Loop:
+def make_loop(kube: Kube | FakeKube, inactivity: float = 90) -> Loop:
     kinds: list[Kind] = [LLMKind(LLM_RES), JobKind(JOB_RES)]
     index = Service.index_for(kinds)
     metrics = Metrics()
     informer = Informer(
-        Loops(kube, index, metrics, crd_recheck_seconds=RECHECK, inactivity_seconds=inactivity),
+        Loops(
+            cast(Kube, kube),  # the fake stands where Kube does
+            index,
+            metrics,
+            crd_recheck_seconds=RECHECK,
+            inactivity_seconds=inactivity,
+        ),
         kinds[0],
     )
     return Loop(informer, index, metrics)
 
 
-async def run_until_idle(loop: Loop, kube: FakeKube) -> None:
+async def run_until_idle(loop: Loop, kube: ScriptedKube) -> None:
     """Run the informer until it has used every script up, then stop it."""
     task = asyncio.create_task(loop.informer.run())
     idle = asyncio.create_task(kube.idle.wait())
@@ -250,8 +261,8 @@ async def run_until_idle(loop: Loop, kube: FakeKube) -> None:
 
 
 @pytest.fixture
-def kube(clock: Clock) -> FakeKube:
-    return FakeKube(clock)
+def kube(clock: Clock) -> ScriptedKube:
+    return ScriptedKube(clock)
 
 
 # -- backoff -------------------------------------------------------------------------------
@@ -293,7 +304,7 @@ def test_backoff_starts_over_when_reset(clock: Clock) -> None:
 
 
 async def test_lists_then_watches_from_the_last_resource_version(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 3)], "10")]
     kube.watches = [
@@ -318,7 +329,7 @@ async def test_lists_then_watches_from_the_last_resource_version(
 
 
 async def test_a_scoped_informer_lists_and_watches_one_namespace_by_label(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 5)], "10")]
     kube.watches = [[event("ADDED", cr("b", 11))]]
@@ -341,7 +352,7 @@ async def test_a_scoped_informer_lists_and_watches_one_namespace_by_label(
 
 
 async def test_a_watch_that_ends_at_once_with_no_events_is_a_failure(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([], "10")]
     kube.watches = [[], [], []]
@@ -354,7 +365,7 @@ async def test_a_watch_that_ends_at_once_with_no_events_is_a_failure(
     assert loop.restarts("quick-close") == 3
 
 
-async def test_a_short_watch_with_events_is_not_a_failure(clock: Clock, kube: FakeKube) -> None:
+async def test_a_short_watch_with_events_is_not_a_failure(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [page([], "10")]
     kube.watches = [[event("ADDED", cr("a", 11))], [bookmark(12)]]
     loop = make_loop(kube)
@@ -364,7 +375,9 @@ async def test_a_short_watch_with_events_is_not_a_failure(clock: Clock, kube: Fa
     assert kube.watch_calls == ["10", "11", "12"]
 
 
-async def test_the_backoff_starts_over_after_a_healthy_watch(clock: Clock, kube: FakeKube) -> None:
+async def test_the_backoff_starts_over_after_a_healthy_watch(
+    clock: Clock, kube: ScriptedKube
+) -> None:
     kube.pages = [page([], "10")]
     kube.watches = [[], [], [event("ADDED", cr("a", 11)), 200.0], []]
     loop = make_loop(kube)
@@ -379,7 +392,7 @@ REFUSED: Step = KubeUnavailable(0, "Unavailable", "cannot reach the API server")
 
 
 async def test_a_410_after_an_outage_relists_at_once_whatever_the_backoff_grew_to(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 3)], "10"), page([cr("b", 25)], "30")]
     # Refused four times (an API server restarting), then back with a fresh watch cache.
@@ -393,7 +406,7 @@ async def test_a_410_after_an_outage_relists_at_once_whatever_the_backoff_grew_t
 
 
 async def test_a_second_410_straight_after_the_relist_backs_off(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([], "10"), page([], "20"), page([], "30")]
     kube.watches = [[status(410, "Expired")], [status(410, "Expired")]]
@@ -406,7 +419,7 @@ async def test_a_second_410_straight_after_the_relist_backs_off(
 
 
 async def test_a_watch_that_opened_and_lived_resets_the_backoff(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 3)], "10")]
     kube.watches = [
@@ -423,7 +436,7 @@ async def test_a_watch_that_opened_and_lived_resets_the_backoff(
     assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2, 0.8])
 
 
-async def test_a_list_resets_the_backoff(clock: Clock, kube: FakeKube) -> None:
+async def test_a_list_resets_the_backoff(clock: Clock, kube: ScriptedKube) -> None:
     failed: list[Obj | BaseException] = [status(500, "InternalError")] * 3
     kube.pages = [*failed, page([], "10"), page([], "20")]
     kube.watches = [[status(500, "InternalError")]]
@@ -433,7 +446,7 @@ async def test_a_list_resets_the_backoff(clock: Clock, kube: FakeKube) -> None:
     assert clock.sleeps == pytest.approx([0.8, 1.6, 3.2, 0.8])
 
 
-async def test_a_watch_start_that_times_out_backs_off(clock: Clock, kube: FakeKube) -> None:
+async def test_a_watch_start_that_times_out_backs_off(clock: Clock, kube: ScriptedKube) -> None:
     not_accepted = KubeTimeout(0, "Timeout", "the watch was not accepted in time")
     kube.pages = [page([], "10")]
     kube.watches = [[not_accepted], [not_accepted], [not_accepted]]
@@ -447,7 +460,7 @@ async def test_a_watch_start_that_times_out_backs_off(clock: Clock, kube: FakeKu
 
 
 async def test_an_informer_is_current_until_a_failure(
-    clock: Clock, kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+    clock: Clock, kube: ScriptedKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube.pages = [page([], "10")]
     kube.watches = [[event("ADDED", cr("a", 11)), 30.0, REFUSED], [REFUSED]]
@@ -470,7 +483,7 @@ async def test_an_informer_is_current_until_a_failure(
 
 
 async def test_429_on_the_watch_honours_retry_after_and_rewatches(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 3)], "10")]
     kube.watches = [
@@ -488,7 +501,7 @@ async def test_429_on_the_watch_honours_retry_after_and_rewatches(
     assert loop.names() == ["a"]
 
 
-async def test_429_on_the_list_honours_retry_after(clock: Clock, kube: FakeKube) -> None:
+async def test_429_on_the_list_honours_retry_after(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [KubeError(429, "TooManyRequests", retry_after=4.0), page([cr("a", 3)], "10")]
     loop = make_loop(kube)
     await run_until_idle(loop, kube)
@@ -499,7 +512,7 @@ async def test_429_on_the_list_honours_retry_after(clock: Clock, kube: FakeKube)
 
 
 async def test_410_on_the_watch_relists_and_replaces_only_this_kind(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([cr("a", 3), cr("b", 4)], "10"), page([cr("b", 25, route="b2")], "30")]
     kube.watches = [[event("ADDED", cr("c", 11)), status(410, "Expired")]]
@@ -518,7 +531,7 @@ async def test_410_on_the_watch_relists_and_replaces_only_this_kind(
     assert loop.restarts("expired") == 1
 
 
-async def test_an_unknown_watch_error_relists(clock: Clock, kube: FakeKube) -> None:
+async def test_an_unknown_watch_error_relists(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [page([cr("a", 3)], "10"), page([], "30")]
     kube.watches = [[status(500, "InternalError")]]
     loop = make_loop(kube)
@@ -531,7 +544,7 @@ async def test_an_unknown_watch_error_relists(clock: Clock, kube: FakeKube) -> N
 
 
 async def test_a_forbidden_watch_is_logged_loudly_and_relists(
-    clock: Clock, kube: FakeKube, caplog: pytest.LogCaptureFixture
+    clock: Clock, kube: ScriptedKube, caplog: pytest.LogCaptureFixture
 ) -> None:
     kube.pages = [page([cr("a", 3)], "10"), page([cr("a", 3)], "30")]
     kube.watches = [[status(403, "Forbidden")]]
@@ -546,7 +559,7 @@ async def test_a_forbidden_watch_is_logged_loudly_and_relists(
 
 
 async def test_a_lost_connection_resumes_from_the_last_resource_version(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     lost = KubeUnavailable(0, "Unavailable", "the watch broke")
     refused = KubeUnavailable(0, "Unavailable", "cannot reach the API server")
@@ -568,7 +581,7 @@ async def test_a_lost_connection_resumes_from_the_last_resource_version(
 
 
 async def test_a_silent_watch_is_reconnected_from_the_last_resource_version(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [page([], "10")]
     kube.watches = [[event("ADDED", cr("a", 11)), 90.0, KubeTimeout(0, "Timeout", "silent")]]
@@ -580,7 +593,7 @@ async def test_a_silent_watch_is_reconnected_from_the_last_resource_version(
     assert loop.restarts("inactive") == 1
 
 
-async def test_410_while_paging_restarts_the_list(clock: Clock, kube: FakeKube) -> None:
+async def test_410_while_paging_restarts_the_list(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [
         page([cr("a", 3)], "10", cont="first"),
         status(410, "Expired"),  # the continue token expired
@@ -600,7 +613,7 @@ async def test_410_while_paging_restarts_the_list(clock: Clock, kube: FakeKube) 
 # -- CRDs ----------------------------------------------------------------------------------
 
 
-async def test_a_missing_crd_counts_as_synced_and_absent(clock: Clock, kube: FakeKube) -> None:
+async def test_a_missing_crd_counts_as_synced_and_absent(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [NOT_SERVED]
     loop = make_loop(kube)
     await run_until_idle(loop, kube)
@@ -612,7 +625,7 @@ async def test_a_missing_crd_counts_as_synced_and_absent(clock: Clock, kube: Fak
     assert kube.list_calls == [None, None]
 
 
-async def test_a_crd_installed_later_is_picked_up(clock: Clock, kube: FakeKube) -> None:
+async def test_a_crd_installed_later_is_picked_up(clock: Clock, kube: ScriptedKube) -> None:
     kube.pages = [NOT_SERVED, NOT_SERVED, page([cr("a", 3)], "10")]
     loop = make_loop(kube)
     await run_until_idle(loop, kube)
@@ -624,7 +637,7 @@ async def test_a_crd_installed_later_is_picked_up(clock: Clock, kube: FakeKube) 
 
 
 async def test_a_404_with_a_status_is_an_error_not_a_missing_crd(
-    clock: Clock, kube: FakeKube
+    clock: Clock, kube: ScriptedKube
 ) -> None:
     kube.pages = [status(404, "NotFound")]
     loop = make_loop(kube)
@@ -634,7 +647,9 @@ async def test_a_404_with_a_status_is_an_error_not_a_missing_crd(
     assert clock.sleeps == pytest.approx([0.8])
 
 
-async def test_a_crd_deleted_while_watched_empties_its_kind(clock: Clock, kube: FakeKube) -> None:
+async def test_a_crd_deleted_while_watched_empties_its_kind(
+    clock: Clock, kube: ScriptedKube
+) -> None:
     kube.pages = [page([cr("a", 3), cr("b", 4)], "10")]
     kube.watches = [[event("DELETED", cr("a", 11)), NOT_SERVED]]
     loop = make_loop(kube)
@@ -918,7 +933,7 @@ def initial_end(rv: int) -> Obj:
 async def test_a_streamed_list_fills_the_index_and_the_watch_resumes_from_its_end(
     clock: Clock,
 ) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.initial = [[event("ADDED", cr("a", 5)), event("ADDED", cr("b", 6)), initial_end(9)]]
     kube.watches = [[event("MODIFIED", cr("a", 10, route="moved"))]]
     loop = make_loop(kube)
@@ -934,7 +949,7 @@ async def test_a_streamed_list_fills_the_index_and_the_watch_resumes_from_its_en
 
 
 async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.pages = [page([cr("a", 5)], "9"), page([cr("a", 11)], "12")]
     kube.watches = [[status(410, "Expired")]]
     loop = make_loop(kube)
@@ -948,7 +963,7 @@ async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(cloc
 
 
 async def test_after_a_410_the_relist_pages_then_streaming_resumes(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.initial = [
         [event("ADDED", cr("a", 5)), initial_end(9)],
         [event("ADDED", cr("c", 30)), initial_end(31)],
@@ -966,7 +981,7 @@ async def test_after_a_410_the_relist_pages_then_streaming_resumes(clock: Clock)
 
 
 async def test_a_streamed_list_cut_short_changes_nothing_and_is_retried(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.pages = []
     kube.initial = [
         [event("ADDED", cr("a", 5)), KubeUnavailable(0, "Unavailable", "reset")],
@@ -985,7 +1000,7 @@ async def test_a_streamed_list_cut_short_changes_nothing_and_is_retried(clock: C
 async def test_a_stream_that_ends_before_its_initial_events_end_is_a_failure(
     clock: Clock,
 ) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.initial = [
         [event("ADDED", cr("a", 5))],
         [event("ADDED", cr("a", 5)), initial_end(9)],
@@ -1000,7 +1015,7 @@ async def test_a_stream_that_ends_before_its_initial_events_end_is_a_failure(
 
 
 async def test_a_missing_crd_found_by_a_streamed_list_is_indexed_as_empty(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.initial = [[NOT_SERVED]]
     loop = make_loop(kube)
     loop.index.upsert("llmslorequirements", cr("old", 1), GROUP)
@@ -1014,7 +1029,7 @@ async def test_a_missing_crd_found_by_a_streamed_list_is_indexed_as_empty(clock:
 
 
 async def test_a_streamed_list_applies_every_event_before_its_end(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.initial = [
         [
             event("ADDED", cr("a", 5)),
@@ -1036,7 +1051,7 @@ async def test_a_streamed_list_applies_every_event_before_its_end(clock: Clock) 
 
 
 async def test_a_refused_stream_is_tried_again_later(clock: Clock) -> None:
-    kube = FakeKube(clock)
+    kube = ScriptedKube(clock)
     kube.pages = [page([cr("a", 5)], "9"), page([cr("a", 5)], "12")]
     kube.watches = [[status(500, "InternalError")], [700.0, status(500, "InternalError")]]
     loop = make_loop(kube)

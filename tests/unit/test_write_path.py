@@ -3,21 +3,12 @@ the API server holds, even while the index lags behind (a watch backing off, ano
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr
 from tests.unit.fakes import FakeKube
 
 PLURAL = "llmslorequirements"
-
-
-async def _ready(app: Any) -> None:
-    for _ in range(200):
-        if app.state.runtime.ready():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never ready")
 
 
 def behind_the_index(kube: FakeKube, name: str, **changes: Any) -> dict[str, Any]:
@@ -33,8 +24,7 @@ async def test_a_cr_that_moved_to_another_route_is_neither_written_nor_read(
     start: Started,
 ) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         behind_the_index(kube, "cr-1", serviceId="b")
         put = await client.put("/routes/a", json={"priority": 7}, headers=AUTH)
         assert put.status_code == 404
@@ -46,8 +36,7 @@ async def test_a_cr_that_moved_to_another_route_is_neither_written_nor_read(
 
 async def test_a_cr_recreated_for_another_service_is_not_written(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         del kube.objects[(PLURAL, "ns", "cr-1")]
         kube.add(PLURAL, {**llm_cr("cr-1", route="b"), "metadata": {"name": "cr-1", "uid": "u2"}})
         put = await client.put("/routes/a", json={"priority": 7}, headers=AUTH)
@@ -55,10 +44,11 @@ async def test_a_cr_recreated_for_another_service_is_not_written(start: Started)
         assert kube.objects[(PLURAL, "ns", "cr-1")]["spec"]["priority"] == 0
 
 
-async def test_a_cr_recreated_for_the_same_service_is_the_one_written(start: Started) -> None:
+async def test_a_write_to_a_cr_recreated_behind_the_index_is_conditional_on_its_uid(
+    start: Started,
+) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         del kube.objects[(PLURAL, "ns", "cr-1")]
         kube.add(PLURAL, {**llm_cr("cr-1", route="a"), "metadata": {"name": "cr-1", "uid": "u2"}})
         put = await client.put("/routes/a", json={"priority": 7}, headers=AUTH)
@@ -73,8 +63,7 @@ async def test_every_write_is_conditional_on_the_uid_and_version_it_was_computed
     start: Started,
 ) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         stored = dict(kube.objects[(PLURAL, "ns", "cr-1")]["metadata"])
         assert (await client.put("/routes/a", json={"priority": 7}, headers=AUTH)).is_success
         assert kube.patches[-1][1]["metadata"] == {
@@ -86,8 +75,7 @@ async def test_every_write_is_conditional_on_the_uid_and_version_it_was_computed
 async def test_a_section_replaces_ranges_the_index_has_not_seen(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
     ranges = [{"contextLengthRangeLow": 0, "metrics": [{"type": "p90", "threshold": 1}]}]
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         # Another replica added ranges; this replica's index has not seen them.
         behind_the_index(
             kube,
@@ -103,8 +91,7 @@ async def test_a_section_replaces_ranges_the_index_has_not_seen(start: Started) 
 
 async def test_high_priority_false_reads_the_stored_tier_not_the_index(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=10)]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         behind_the_index(kube, "cr-1", priority=4)
         put = await client.put("/routes/a", json={"highPriority": False}, headers=AUTH)
         assert put.status_code == 200
@@ -113,8 +100,7 @@ async def test_high_priority_false_reads_the_stored_tier_not_the_index(start: St
 
 async def test_if_match_against_a_lagging_index(start: Started) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         old = (await client.get("/routes/a", headers=AUTH)).headers["etag"]
         behind_the_index(kube, "cr-1", priority=3)
         # The client read fresh (newer than the index): its ETag is current, the write lands.
@@ -132,8 +118,7 @@ async def test_if_match_against_a_lagging_index(start: Started) -> None:
 
 async def test_a_pool_default_is_checked_against_the_members_held_now(start: Started) -> None:
     kube = FakeKube({"modelpools": [pool_cr("p", ["a", "b"])]})
-    async with start(kube) as (client, app):
-        await _ready(app)
+    async with start(kube) as (client, _):
         obj = kube.objects[("modelpools", "ns", "p")]
         obj["spec"]["members"] = [{"inferenceServiceRef": {"name": "a"}}]
         kube.rv += 1

@@ -1,4 +1,7 @@
-"""`make bench` starts: its command line is built before anything is measured."""
+"""`make bench` starts: its command line is built before anything is measured.
+
+A check of the benchmark tool, kept apart from the tests of slo-api: it runs bench as a
+process, as `make bench` does, and imports none of it."""
 
 from __future__ import annotations
 

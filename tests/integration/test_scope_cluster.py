@@ -17,6 +17,7 @@ import yaml
 
 from controlplane.admin import Admin, AdminError, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.service import RunningService, running
@@ -49,8 +50,7 @@ NAMESPACES = watched_namespaces()
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane whose slo-api identity has only the namespaced overlay's grants."""
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("scope-kubeconfigs"))
-    try:
+    with control_plane(tmp_path_factory, "scope-kubeconfigs") as started:
         admin = started.admin
         assert admin is not None
         admin.request("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/slo-api")
@@ -58,8 +58,6 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             admin.ensure_namespace(namespace)
         admin.apply_all(load_yaml_dir(OVERLAY))
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The SLO kinds under the old API group, the new one, or both (a migration), on a real API server.
 
 These tests install and delete CRDs, so they run on a control plane of this module's own (as
-test_watching's CRD tests do) and leave it as they found it: the new group's CRDs installed,
+test_watching_cluster's CRD tests do) and leave it as they found it: the new group's CRDs installed,
 the old group's absent. The old group's CRDs are config/crd's with the group changed.
 """
 
@@ -19,6 +19,7 @@ import pytest
 
 from controlplane.admin import Admin, AdminError, Obj
 from controlplane.cluster import Cluster, crds
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.process import TOKEN, start_process
@@ -86,11 +87,8 @@ def under(group: str, obj: Obj) -> Obj:
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane of this module's own: its tests delete and install CRDs."""
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("groups-kubeconfigs"))
-    try:
+    with control_plane(tmp_path_factory, "groups-kubeconfigs") as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture

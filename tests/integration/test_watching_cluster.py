@@ -2,9 +2,9 @@
 
 Tests that only create, change and delete CRs use the shared session cluster. Tests that stop
 the API server, compact etcd or delete CRDs run against a control plane of this module's own, so
-nothing they break is seen by other modules. A `Gate` (a TCP relay in front of the API server)
-lets a test cut slo-api off while the admin keeps working, or black-hole slo-api's connections
-so they go silent without closing, as a dead network path does.
+nothing they break is seen by other modules. A `TcpProxy` (tests/integration/tcpproxy.py, a TCP
+relay in front of the API server) lets a test cut slo-api off while the admin keeps working, or
+freeze slo-api's connections so they go silent without closing, as a dead network path does.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
 from slo_api.groups import KindWatch
+from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.service import RunningService, running
+from tests.integration.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
@@ -120,93 +121,14 @@ def install_job_crd(admin: Admin) -> None:
     admin.wait_crds([crd])
 
 
-class Gate:
-    """A TCP relay between slo-api and the API server that a test can cut or black-hole.
-
-    TLS passes through untouched (the serving certificate names 127.0.0.1, whatever the port).
-    """
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self.open = True
-        self._server: asyncio.Server | None = None
-        # Per connection: the two pumps and the two sockets' writers.
-        self._links: list[tuple[list[asyncio.Task[None]], list[asyncio.StreamWriter]]] = []
-
-    async def start(self) -> Gate:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        return self
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.open:
-            writer.transport.abort()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        pumps = [
-            asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer)),
-        ]
-        self._links.append((pumps, [writer, up_writer]))
-
-    @staticmethod
-    async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        # Cancelled (black-holed), it leaves both sockets open; at the end of either side's
-        # stream it closes the other, so closes pass through.
-        try:
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
-        except OSError:
-            pass
-        sink.transport.abort()
-
-    def _drop(self, close: bool) -> None:
-        for pumps, writers in self._links:
-            for pump in pumps:
-                pump.cancel()
-            if close:
-                for writer in writers:
-                    writer.transport.abort()
-        if close:
-            self._links = []
-
-    def cut(self) -> None:
-        """Drop every connection and refuse new ones, as a stopped API server does."""
-        self.open = False
-        self._drop(close=True)
-
-    def restore(self) -> None:
-        self.open = True
-
-    def black_hole(self) -> None:
-        """Stop moving bytes on the current connections without closing them; new ones work."""
-        self._drop(close=False)
-
-    async def close(self) -> None:
-        self._drop(close=True)
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        await asyncio.sleep(0)  # let the cancelled pumps finish
-
-
 # -- fixtures ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A control plane of this module's own: its tests stop it, compact it, delete its CRDs."""
-    started = Cluster().start(kubeconfig_dir=tmp_path_factory.mktemp("watching-kubeconfigs"))
-    try:
+    with control_plane(tmp_path_factory, "watching-kubeconfigs") as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture
@@ -240,21 +162,18 @@ def own_kubeconfig(own: Cluster) -> Path:
 
 
 @pytest.fixture
-async def gate(own: Cluster) -> AsyncIterator[Gate]:
-    started = await Gate(own.plane.port).start()
+async def gate(own: Cluster) -> AsyncIterator[TcpProxy]:
+    started = await TcpProxy("127.0.0.1", own.plane.port).start()
     try:
         yield started
     finally:
-        await started.close()
+        await started.stop()
 
 
 @pytest.fixture
-def gated_kubeconfig(own_kubeconfig: Path, gate: Gate, tmp_path: Path) -> Path:
+def gated_kubeconfig(own_kubeconfig: Path, gate: TcpProxy, tmp_path: Path) -> Path:
     """slo-api's kubeconfig, pointed at the gate instead of the API server."""
-    config = yaml.safe_load(own_kubeconfig.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{gate.port}"
-    path = tmp_path / "gated.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
+    path = gate.kubeconfig(own_kubeconfig, tmp_path / "gated.kubeconfig")
     path.chmod(0o600)
     return path
 
@@ -436,7 +355,7 @@ async def test_the_index_is_current_within_seconds_of_each_api_server_restart(
 
 
 async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished(
-    own: Cluster, own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: Gate
+    own: Cluster, own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: TcpProxy
 ) -> None:
     ns = own_namespace
     for name in ("a", "b", "c"):
@@ -454,14 +373,14 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
 
         # slo-api loses the API server; meanwhile CRs change, the API server restarts with a
         # fresh watch cache, and etcd forgets the history slo-api would resume from.
-        gate.cut()
+        gate.down()
         own_admin.delete(*LLM, ns, "b")
         own_admin.merge_patch(*LLM, ns, "a", {"spec": {"serviceId": f"{ns}-a2"}})
         own_admin.create(crs.llm(ns, "d", service_id=f"{ns}-d"))
         await asyncio.to_thread(own.plane.stop_apiserver)
         own.plane.compact_etcd()
         await asyncio.to_thread(own.plane.start_apiserver)
-        gate.restore()
+        gate.up()
 
         await service.eventually(
             lambda: relists(service, "llm") > relists_before, within=60, what="a relist"
@@ -482,7 +401,7 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
 
 
 async def test_a_silent_connection_is_reconnected_without_a_relist(
-    own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: Gate
+    own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: TcpProxy
 ) -> None:
     ns = own_namespace
     async with running(gated_kubeconfig, watch_inactivity_seconds=2) as service:
@@ -491,7 +410,7 @@ async def test_a_silent_connection_is_reconnected_without_a_relist(
         own_admin.create(crs.llm(ns, "early", service_id=f"{ns}-early"))
         await service.eventually(lambda: service.indexed(f"{ns}-early"), what="the watch open")
         relists_before = relists(service, "llm")
-        gate.black_hole()  # slo-api's open watches go quiet and never close
+        assert gate.freeze() >= 1  # slo-api's open watches go quiet and never close
         own_admin.create(crs.llm(ns, "late", service_id=f"{ns}-late"))
         await service.eventually(
             lambda: service.indexed(f"{ns}-late"), within=30, what="the event after reconnecting"
