@@ -211,7 +211,6 @@ class CRIndex:
         # reads do not rebuild them per request. A route's entries are dropped whenever a CR
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
-        self.generation = 0
         # Bytes of encoded objects held (every copy), and of cached renders, for the estimate.
         self.encoded_bytes = 0
         self.rendered_bytes = 0
@@ -222,8 +221,12 @@ class CRIndex:
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
         self.first_positions: dict[Source, int] = {}
-        # While listeners run: the source and resourceVersion of what they are told about.
+        # While listeners run: the source and resourceVersion of what they are told about,
+        # and the routes whose copy shown moved to another API group (their renders may be
+        # the same bytes, but what a caller's access is asked about is not).
         self.cause: tuple[Source, int] | None = None
+        self.moved: frozenset[str] = frozenset()
+        self._moved: set[str] = set()
         self._cause: tuple[Source, int] | None = None
         self._updated: list[Updated] = []
 
@@ -496,15 +499,15 @@ class CRIndex:
         key = (plural, *name)
         if old is not None:
             self._unlink(key, old)
+            if old.group != entry.group:
+                self._moved.add(entry.route)
         self._objects[plural][name] = entry
         self._link(key, entry)
-        self.generation += 1
 
     def _unstore(self, plural: str, name: Name) -> None:
         old = self._objects[plural].pop(name, None)
         if old is not None:
             self._unlink((plural, *name), old)
-            self.generation += 1
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
@@ -518,6 +521,7 @@ class CRIndex:
             return
         changed, self._changed = self._changed, set()
         self.cause = cause
+        self.moved, self._moved = frozenset(self._moved), set()
         try:
             for listener in self._listeners:
                 try:
@@ -527,6 +531,7 @@ class CRIndex:
                     log.exception("index listener failed")
         finally:
             self.cause = None
+            self.moved = frozenset()
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route

@@ -51,7 +51,6 @@ class Runtime:
         self.service = Service(kube, self.kinds, self.index, ownership)
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
-        self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
         self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
         if self.history.enabled:
@@ -69,6 +68,8 @@ class Runtime:
             flush_seconds=settings.watch_flush_seconds,
             by=self.history.by,
         )
+        # The pages and their ETags follow the feed's change log: the one change signal.
+        self.visible = VisiblePages(self.service, self.index, self.feed.log)
         self.namespaces = namespace_list(settings.watch_namespaces)
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.

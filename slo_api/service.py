@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +15,6 @@ from slo_api.kube import Kube, KubeError, Resource
 from slo_api.ownership import Owner, Ownership
 from slo_api.upstream import to_api_error
 
-PAGE_CACHE_SIZE = 32
 # A write recomputed after a lost race this many times in a row gives up with 409. Each writer
 # that loses to another one re-reads: N writers racing on one CR need up to N attempts.
 WRITE_ATTEMPTS = 5
@@ -160,8 +158,6 @@ class Service:
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
-        self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
-        self._pages_generation = -1
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
 
@@ -419,36 +415,6 @@ class Service:
             return self.project(self.kinds[plural], obj, pools)
         return self.summary(route)
 
-    def page(
-        self, page: int, page_size: int, kind: str | None, full: bool = False
-    ) -> tuple[bytes, str]:
-        """The `GET /config` body and its weak ETag (a hash of the body).
-
-        Pages already built are kept until the index next changes: pollers asking for the
-        same pages again get them for a dictionary look-up.
-        """
-        if self._pages_generation != self.index.generation:
-            self._pages.clear()
-            self._pages_generation = self.index.generation
-        key = (page, page_size, kind, full)
-        cached = self._pages.get(key)
-        if cached is None:
-            body = self._page_body(page, page_size, kind, full)
-            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
-            if len(self._pages) >= PAGE_CACHE_SIZE:
-                del self._pages[next(iter(self._pages))]  # the oldest
-            cached = self._pages[key] = (body, etag)
-        return cached
-
-    def _page_body(self, page: int, page_size: int, kind: str | None, full: bool) -> bytes:
-        """Byte for byte what orjson makes of
-        `{"items": [...], "total": n, "page": page, "pageSize": page_size}`.
-
-        Each item is encoded once and kept by the index until its CRs change, so a page costs
-        a slice and a join, whatever the size of the index.
-        """
-        return self.render_page(self.index.routes(kind), page, page_size, full)
-
     def render_page(
         self,
         routes: list[str],
@@ -457,7 +423,13 @@ class Service:
         full: bool,
         line: Callable[[str], bytes] | None = None,
     ) -> bytes:
-        """A page of `routes`, each item `line(route)` (by default its cached line)."""
+        """Byte for byte what orjson makes of
+        `{"items": [...], "total": n, "page": page, "pageSize": page_size}` for `routes`, each
+        item `line(route)` (by default its cached line).
+
+        Each item is encoded once and kept by the index until its CRs change, so a page costs
+        a slice and a join, whatever the size of the index.
+        """
         start = (page - 1) * page_size
         chosen = routes[start : start + page_size]
         if line is None:

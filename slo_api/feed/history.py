@@ -215,6 +215,9 @@ class ChangeLog:
         self._pending: dict[str, Cause] = {}
         self._pending_count: Counter[Source] = Counter()
         self._pending_floor: dict[Source, int] = {}
+        # Pending routes whose copy shown moved to another API group: a change even where
+        # the items are the same bytes (what a caller's `list` is asked about moved).
+        self._moved: set[str] = set()
         self._scheduled = False
         self._mark_seqs: list[int] = []
         self._dropped_upto = -1  # the last sequence of the newest mark dropped
@@ -323,14 +326,15 @@ class ChangeLog:
         """The history of a (view, kind), kept from now on once a stream asks for it."""
         found = self.histories.get((view, kind))
         if found is None:
-            self._activate(view)
+            self.follow(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
             found.floor_rv = dict(self.index.positions)
             self._mark(frozenset(), {})
         return found
 
-    def _activate(self, view: str) -> None:
-        """Start following a view: its current items become the published state."""
+    def follow(self, view: str) -> None:
+        """Start following a view (for its first stream, or its first /config page): its
+        current items become the published state, and each change of one moves `seq`."""
         if view in self._last:
             return
         # What is still pending is recorded first: the new view starts from what the others
@@ -440,6 +444,7 @@ class ChangeLog:
                 count[old[0]] -= 1
             pending[route] = cause
         count[cause[0]] += len(routes)
+        self._moved |= self.index.moved
         self._pending_floor.setdefault(source, rv)
         if not self._scheduled:
             self._publish()
@@ -475,6 +480,9 @@ class ChangeLog:
                 self._pending_floor.pop(source, None)
             owners = self._owners_of(route)
             old_owners = self._owners.get(route, ())
+            moved = route in self._moved
+            if moved:
+                self._moved.discard(route)
             if owners:
                 self._owners[route] = owners
             else:
@@ -482,7 +490,7 @@ class ChangeLog:
             for view, last in self._last.items():
                 before = last.get(route)
                 after = line(view, route) if owners else None
-                if before == after and old_owners == owners:
+                if before == after and old_owners == owners and not moved:
                     continue  # a relist re-storing an object, or a change another view shows
                 if after is None:
                     last.pop(route, None)

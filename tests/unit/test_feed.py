@@ -172,7 +172,7 @@ async def test_a_members_pool_is_streamed_only_where_config_shows_it() -> None:
     index.upsert(POOL, pool("a", "p", ["chat"]))
     llm_only = frozenset({("llm", "a")})
     both = llm_only | {("pool", "a")}
-    pages = VisiblePages(feed.service, index)
+    pages = VisiblePages(feed.service, index, feed.log)
 
     def config(allowed: Allowed) -> Obj:
         body = orjson.loads(pages.page(allowed, 1, 100, "llm", True)[0])
