@@ -675,3 +675,46 @@ async def test_a_kind_resumed_in_the_views_history_gets_only_its_kind() -> None:
     assert jobs.changes() == [("ADDED", "batch")]
     await everyone.stop()
     await jobs.stop()
+
+
+async def test_a_flush_writes_to_every_caught_up_stream_itself_without_waking_their_tasks() -> None:
+    # One pass of the flusher hands the shared bytes to each stream's write: the changes are
+    # written before any of the streams' tasks runs again.
+    feed = make_feed()
+    index = feed.index
+    readers = [await reader(feed) for _ in range(3)]
+    index.upsert(LLM, cr("a", "x", "chat"))  # flush_seconds 0: flushed in this call
+    for r in readers:
+        assert r.changes() == [("ADDED", "chat")]
+    for r in readers:
+        await r.stop()
+
+
+async def test_a_stream_whose_write_waited_goes_on_from_there_and_the_others_are_not_held() -> None:
+    feed = make_feed()
+    index = feed.index
+    gate = asyncio.Event()
+    slow_raw: list[bytes] = []
+
+    async def slow_write(chunk: bytes) -> None:
+        await gate.wait()  # its client's socket is full until the gate opens
+        slow_raw.append(chunk)
+
+    slow_stream = feed.open("summary", None)
+    slow = Reader(feed, slow_stream)
+    await slow.settle()
+    slow_stream.write = slow_write  # from now on its writes wait
+    fast = await reader(feed)
+    index.upsert(LLM, cr("a", "x", "one"))
+    index.upsert(LLM, cr("a", "y", "two"))
+    assert fast.changes() == [("ADDED", "one"), ("ADDED", "two")]
+    assert slow_raw == []
+    gate.set()
+    await slow.settle()
+    # Its first write went out, then everything after it in one more.
+    events = [orjson.loads(line) for chunk in slow_raw for line in chunk.splitlines()]
+    assert [(e["type"], e["route"]) for e in events] == [("ADDED", "one"), ("ADDED", "two")]
+    assert len(slow_raw) == 2
+    assert slow_stream.written == feed.head
+    await slow.stop()
+    await fast.stop()
