@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import logging
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -221,6 +222,11 @@ class CRIndex:
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
         self.first_positions: dict[Source, int] = {}
+        # Copies held per informer, and, from each informer's first list, the newest object's
+        # resourceVersion and how many it listed: a state another replica names at an older
+        # version with as many objects, none newer, is the same state (nothing moved since).
+        self.counts: Counter[Source] = Counter()
+        self.first_lists: dict[Source, tuple[int, int]] = {}
         # While listeners run: the source and resourceVersion of what they are told about,
         # and the routes whose copy shown moved to another API group (their renders may be
         # the same bytes, but what a caller's access is asked about is not).
@@ -443,6 +449,8 @@ class CRIndex:
                     changes.setdefault(name, {})[g] = None
         for name, change in changes.items():
             self._change(plural, name, change)
+        if source not in self.first_lists:
+            self.first_lists[source] = (newest, self.counts[source])
         # The sorted route lists once for the whole relist, not once per object.
         self._settle()
 
@@ -470,6 +478,8 @@ class CRIndex:
         held = self._held(plural, name)
         copies = dict(held)
         for group, entry in change.items():
+            if (entry is None) == (group in held):  # a copy comes or goes
+                self.counts[self._source(plural, group, name[0])] += 1 if entry else -1
             if entry is None:
                 copies.pop(group, None)
             else:

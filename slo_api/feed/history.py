@@ -10,13 +10,14 @@ its byte bound; a live stream that had not yet written it is then ended (it fell
 behind than the bound), never one that had.
 
 A revision names a point in the cluster's history: the resourceVersion each informer (kind,
-API group, and namespace when namespaces are scoped) had reached, with this process's epoch
-and sequence beside it, base64 of a small binary encoding. This process resumes from its own
-sequence exactly. Another replica (or this one after a restart) resumes from the versions:
-it replays every change it recorded from a version the revision had not reached (the same
-change may come twice: events carry whole items, so the client converges), and answers 410
-when its history does not reach back that far, which after a restart it never does for a
-kind that changed meanwhile: it only knows the cluster from its first list on.
+API group, and namespace when namespaces are scoped) had reached and how many objects it
+held there, with this process's epoch and sequence beside it, base64 of a small binary
+encoding. This process resumes from its own sequence exactly. Another replica (or this one
+after a restart) resumes from the versions: it replays every change it recorded from a
+version the revision had not reached (the same change may come twice: events carry whole
+items, so the client converges), and answers 410 when its history does not reach back that
+far. A replica knows the cluster from its first list on; a version before that is covered
+only where nothing moved in between: its first list had as many objects, none newer.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from slo_api.service import Allowed, Service
 VIEWS = ("summary", "full")
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
-Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
+# Per informer, sorted: the resourceVersion it reached, and 1 + the objects it held there
+# (0: not known, the index being ahead of what was published for it).
+Vector = tuple[tuple[Source, int, int], ...]
 Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
@@ -248,7 +251,7 @@ class ChangeLog:
         if seq <= self._dropped_upto:
             # Older than every history (a stream stuck that long): nothing is known of it,
             # so it names nothing another replica could resume from.
-            return tuple((s, 0) for s, _ in self._positions())
+            return tuple((s, 0, 0) for s, _, _ in self._positions())
         at = bisect.bisect_left(self._mark_seqs, seq)
         if at == len(self._marks):
             return self._positions()
@@ -259,9 +262,11 @@ class ChangeLog:
         vector = self.vector(seq)
         payload = bytearray(self._epoch)
         _varint(payload, seq)
-        payload += _digest(s for s, _ in vector)
-        for _, value in vector:
+        payload += _digest(s for s, _, _ in vector)
+        for _, value, _ in vector:
             _varint(payload, value)
+        for _, _, held in vector:
+            _varint(payload, held)
         return base64.urlsafe_b64encode(bytes(payload)).rstrip(b"=").decode()
 
     def position(self, seq: int) -> bytes:
@@ -291,32 +296,49 @@ class ChangeLog:
     def versions(self, revision: str) -> dict[Source, int] | None:
         """The informers' versions a revision from another process names; None for one of
         this process's own."""
+        remote = self._remote(revision)
+        return None if remote is None else {s: v for s, (v, _) in remote.items()}
+
+    def _remote(self, revision: str) -> dict[Source, tuple[int, int | None]] | None:
+        """Per informer, the version and objects held (None: not known) a revision from
+        another process names; None for one of this process's own."""
         epoch, _, digest, values = self._decode(revision)
         if epoch == self._epoch:
             return None
         mine = sorted(self.index.positions)
-        if digest != _digest(mine) or len(values) != len(mine):
+        if digest != _digest(mine) or len(values) not in (len(mine), 2 * len(mine)):
             raise Expired(f"revision {revision!r} is from a server that follows other resources")
-        return dict(zip(mine, values, strict=True))
+        # A revision without counts (from a server before they were given) knows none.
+        held = values[len(mine) :] or [0] * len(mine)
+        return {
+            source: (values[i], held[i] - 1 if held[i] else None) for i, source in enumerate(mine)
+        }
 
     def parse(self, revision: str, history: History) -> int:
         """The sequence a resume in `history` may start after, or Expired."""
-        versions = self.versions(revision)
-        if versions is None:
+        remote = self._remote(revision)
+        if remote is None:
             seq = self.sequence(revision)
             if seq > self.seq:
                 raise Expired(f"revision {revision!r} is not from this server process")
             if seq < history.floor:
                 raise Expired(f"revision {revision!r} is older than the history kept")
             return seq
-        first = self.index.first_positions
-        for source in versions:
-            # Nothing before an informer's first list is known here (a restart, a new replica).
-            floor = max(history.floor_rv.get(source, 0), first.get(source, 0))
-            if versions[source] < floor:
+        first, lists = self.index.first_positions, self.index.first_lists
+        reached: dict[Source, int] = {}
+        for source, (version, held) in remote.items():
+            if version < history.floor_rv.get(source, 0):
                 raise Expired(f"revision {revision!r} is older than the history kept")
+            reached[source] = version
+            if version < first.get(source, 0):
+                # Before this process's first list (a restart, a new replica): covered only
+                # if nothing moved since, and then it stands where that list did.
+                listed = lists.get(source)
+                if listed is None or held != listed[1] or listed[0] > version:
+                    raise Expired(f"revision {revision!r} is older than the history kept")
+                reached[source] = first[source]
         for change in history.live():
-            if change.rv > versions.get(change.source, -1):
+            if change.rv > reached.get(change.source, -1):
                 return change.seq - 1
         return self.seq
 
@@ -533,12 +555,13 @@ class ChangeLog:
                 listener(list(touched.values()))
 
     def _positions(self) -> Vector:
-        """The informers' versions, less what is still waiting to be recorded: an informer
-        with changes pending stands before the first of them."""
-        floor = self._pending_floor
+        """The informers' versions and objects held, less what is still waiting to be
+        recorded: an informer with changes pending stands before the first of them (and
+        what it held there is not known)."""
+        floor, counts = self._pending_floor, self.index.counts
         return tuple(
             sorted(
-                (s, min(v, floor[s] - 1) if s in floor else v)
+                (s, min(v, floor[s] - 1), 0) if s in floor else (s, v, counts[s] + 1)
                 for s, v in self.index.positions.items()
             )
         )
@@ -547,7 +570,9 @@ class ChangeLog:
         # A position inside the chunk (not the last of its view) stands before every cause
         # the chunk holds: a stream cut there has not written the rest.
         vector = self._positions()
-        inside = tuple((s, min(v, lowest[s] - 1) if s in lowest else v) for s, v in vector)
+        inside = tuple(
+            (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held) for s, v, held in vector
+        )
         self._marks.append((self.seq, vector, inside, lasts))
         self._mark_seqs.append(self.seq)
         if len(self._marks) > 4096 and self.histories:

@@ -718,3 +718,31 @@ async def test_a_stream_whose_write_waited_goes_on_from_there_and_the_others_are
     assert slow_stream.written == feed.head
     await slow.stop()
     await fast.stop()
+
+
+async def test_a_fresh_replica_resumes_from_before_its_start_where_nothing_moved_since() -> None:
+    a = make_feed()
+    listed([a], [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a)
+    before = a.revision(a.head)
+    a.index.reached(LLM, GROUP, None, "15")  # a bookmark: the cluster moved on, not the kind
+    # b starts later (a restart, a new replica) and lists the very same object.
+    b = make_feed()
+    listed([b], [cr("a", "x", "chat", rv=10)], 20)
+    on_b = await reader(b, since=before)
+    assert on_b.changes() == []  # nothing to replay: the client's state is b's
+    event([b], cr("a", "y", "code", rv=21))
+    await on_b.settle()
+    assert on_b.changes() == [("ADDED", "code")]
+    # Where something did move before the start, the replica cannot tell what: 410.
+    for moved in (
+        [cr("a", "x", "chat", rv=12, priority=3)],  # changed
+        [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=11)],  # one more
+        [],  # deleted
+    ):
+        c = make_feed()
+        listed([c], moved, 20)
+        with pytest.raises(Expired, match="older"):
+            c.open("summary", None, before)
+    await on_a.stop()
+    await on_b.stop()
