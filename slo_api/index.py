@@ -12,11 +12,12 @@ never listed and never a claim on a route.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,8 @@ def _name(obj: Obj) -> Name:
     return sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", ""))
 
 
+# CRs a relist applies per turn of the event loop (replace_in_turns): about 20 ms of it.
+REPLACE_TURN = 1000
 # Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
 # claims and the sorted route lists (see tests/unit/test_index_memory.py).
 ENTRY_OVERHEAD = 460
@@ -135,12 +138,20 @@ class _SortedNames:
         if at == len(self.items) or self.items[at] != name:
             self.items.insert(at, name)
 
+    def _has(self, name: str) -> bool:
+        at = bisect.bisect_left(self.items, name)
+        return at < len(self.items) and self.items[at] == name
+
     def discard(self, name: str) -> None:
         at = bisect.bisect_left(self.items, name)
         if at < len(self.items) and self.items[at] == name:
             del self.items[at]
 
     def update(self, add: list[str], remove: list[str]) -> None:
+        if len(add) + len(remove) > self.BULK:
+            # A relist touches many routes that stay (new versions): only real moves count.
+            add = [name for name in add if not self._has(name)]
+            remove = [name for name in remove if self._has(name)]
         if len(add) + len(remove) <= self.BULK:
             for name in remove:
                 self.discard(name)
@@ -227,6 +238,8 @@ class CRIndex:
         # version with as many objects, none newer, is the same state (nothing moved since).
         self.counts: Counter[Source] = Counter()
         self.first_lists: dict[Source, tuple[int, int]] = {}
+        # Informers whose relist is being applied (over several turns), and its version.
+        self.replacing: dict[Source, int] = {}
         # While listeners run: the source and resourceVersion of what they are told about,
         # and the routes whose copy shown moved to another API group (their renders may be
         # the same bytes, but what a caller's access is asked about is not).
@@ -427,32 +440,73 @@ class CRIndex:
         and namespaces, are untouched. `objs` may be entries made by `entry()` (a list builds
         them as it reads).
         """
+        for _ in self._replacing(plural, objs, group, namespace):
+            pass
+
+    async def replace_in_turns(
+        self,
+        plural: str,
+        objs: Iterable[Obj | Entry],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """`replace`, `REPLACE_TURN` CRs per turn of the event loop: a relist of 100,000 CRs
+        does not stall it. Between turns every reader sees each CR as listed or as it was,
+        the route lists and claims agreeing; the change log stands before the relist until
+        its last turn (`replacing`)."""
+        steps = self._replacing(plural, objs, group, namespace)
+        try:
+            for _ in steps:
+                await asyncio.sleep(0)
+        finally:
+            steps.close()  # cancelled half way: the next relist puts the rest right
+
+    def _replacing(
+        self,
+        plural: str,
+        objs: Iterable[Obj | Entry],
+        group: str | None,
+        namespace: str | None,
+    ) -> Generator[None, None, None]:
         changes: dict[Name, dict[str, Entry | None]] = {}
         newest = 0
         for item in objs:
             entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
-            kept = self._held(plural, entry.name).get(entry.group)
-            if kept is not None and _newer(kept, entry):
-                # A write-through newer than the list (a PATCH answered while it was read):
-                # keep it; the watch from the list's resourceVersion delivers it anyway.
-                entry = kept
             changes.setdefault(entry.name, {})[entry.group] = entry
             newest = max(newest, entry.rv or 0)
         # A relist: what it finds gone vanished at some point up to the list's version.
         source = (plural, group or "", namespace or "")
-        self._cause = (source, self.positions.get(source, newest))
+        cause = (source, self.positions.get(source, newest))
         for name, held in self._held_all(plural):
             if namespace is not None and name[0] != namespace:
                 continue
             for g in held:
                 if (group is None or g == group) and g not in changes.get(name, {}):
                     changes.setdefault(name, {})[g] = None
-        for name, change in changes.items():
-            self._change(plural, name, change)
-        if source not in self.first_lists:
-            self.first_lists[source] = (newest, self.counts[source])
-        # The sorted route lists once for the whole relist, not once per object.
-        self._settle()
+        items = list(changes.items())
+        self.replacing[source] = cause[1]
+        try:
+            for start in range(0, max(len(items), 1), REPLACE_TURN):
+                for name, change in items[start : start + REPLACE_TURN]:
+                    held = self._held(plural, name)
+                    for g, listed in change.items():
+                        kept = held.get(g)
+                        if listed is not None and kept is not None and _newer(kept, listed):
+                            # A write-through newer than the list (a PATCH answered while it
+                            # was read, or between turns): kept; the watch delivers it anyway.
+                            change[g] = kept
+                    self._change(plural, name, change)
+                if start + REPLACE_TURN >= len(items):
+                    del self.replacing[source]
+                    if source not in self.first_lists:
+                        self.first_lists[source] = (newest, self.counts[source])
+                # The sorted route lists once per turn, not once per object.
+                self._cause = cause
+                self._settle()
+                if source in self.replacing:
+                    yield
+        finally:
+            self.replacing.pop(source, None)
 
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
         self.replace(plural, (), group, namespace)

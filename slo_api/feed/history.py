@@ -556,12 +556,18 @@ class ChangeLog:
 
     def _positions(self) -> Vector:
         """The informers' versions and objects held, less what is still waiting to be
-        recorded: an informer with changes pending stands before the first of them (and
-        what it held there is not known)."""
+        recorded: an informer with changes pending (or a relist still being applied) stands
+        before the first of them (and what it held there is not known)."""
         floor, counts = self._pending_floor, self.index.counts
+        # A relist the index applies over several turns stands before its version till done.
+        replacing = self.index.replacing
         return tuple(
             sorted(
-                (s, min(v, floor[s] - 1), 0) if s in floor else (s, v, counts[s] + 1)
+                (s, min(v, floor[s] - 1), 0)
+                if s in floor
+                else (s, min(v, replacing[s] - 1), 0)
+                if s in replacing
+                else (s, v, counts[s] + 1)
                 for s, v in self.index.positions.items()
             )
         )

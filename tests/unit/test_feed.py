@@ -746,3 +746,30 @@ async def test_a_fresh_replica_resumes_from_before_its_start_where_nothing_moved
             c.open("summary", None, before)
     await on_a.stop()
     await on_b.stop()
+
+
+async def test_a_revision_given_between_a_relists_turns_stands_before_the_whole_relist(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slo_api import index as index_module
+
+    monkeypatch.setattr(index_module, "REPLACE_TURN", 2)
+    a, b = make_feed(), make_feed()
+    listed([a, b], [cr("a", f"n{i}", f"r{i}", rv=5) for i in range(6)], 5)
+    on_a = await reader(a)
+    relisted = [cr("a", f"n{i}", f"r{i}", rv=9, priority=i + 1) for i in range(6)]
+    for feed in (a, b):
+        feed.index.reached(LLM, GROUP, None, "9")
+    relist = asyncio.create_task(a.index.replace_in_turns(LLM, relisted, GROUP))
+    await asyncio.sleep(0)  # a has applied a turn of it, not all
+    assert a.index.replacing
+    cut_at = a.revision(a.head)
+    await relist
+    b.index.replace(LLM, relisted, GROUP)
+    on_b = await reader(b, since=cut_at)
+    assert sorted(on_b.changes()) == [("MODIFIED", f"r{i}") for i in range(6)]
+    await on_a.settle()
+    assert on_a.stream.ended is None  # a caught-up stream stays open through the relist
+    assert len(on_a.changes()) == 6 + 6
+    await on_a.stop()
+    await on_b.stop()
