@@ -468,35 +468,38 @@ class CRIndex:
         group: str | None,
         namespace: str | None,
     ) -> Generator[None, None, None]:
-        changes: dict[Name, dict[str, Entry | None]] = {}
-        newest = 0
-        for item in objs:
-            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
-            changes.setdefault(entry.name, {})[entry.group] = entry
-            newest = max(newest, entry.rv or 0)
+        # Each turn builds only its own changes: few objects live at once for the collector
+        # to scan (a full collection over a relist's worth of them stalls the loop too).
+        entries = [
+            item if isinstance(item, Entry) else self.entry(plural, item, group) for item in objs
+        ]
+        newest = max((entry.rv or 0 for entry in entries), default=0)
+        listed = {(entry.name, entry.group) for entry in entries}
         # A relist: what it finds gone vanished at some point up to the list's version.
         source = (plural, group or "", namespace or "")
         cause = (source, self.positions.get(source, newest))
-        for name, held in self._held_all(plural):
-            if namespace is not None and name[0] != namespace:
-                continue
-            for g in held:
-                if (group is None or g == group) and g not in changes.get(name, {}):
-                    changes.setdefault(name, {})[g] = None
-        items = list(changes.items())
+        names = list(self._objects[plural])
         self.replacing[source] = cause[1]
         try:
-            for start in range(0, max(len(items), 1), REPLACE_TURN):
-                for name, change in items[start : start + REPLACE_TURN]:
-                    held = self._held(plural, name)
-                    for g, listed in change.items():
-                        kept = held.get(g)
-                        if listed is not None and kept is not None and _newer(kept, listed):
-                            # A write-through newer than the list (a PATCH answered while it
-                            # was read, or between turns): kept; the watch delivers it anyway.
-                            change[g] = kept
+            steps = max(len(entries), len(names), 1)
+            for start in range(0, steps, REPLACE_TURN):
+                changes: dict[Name, dict[str, Entry | None]] = {}
+                for entry in entries[start : start + REPLACE_TURN]:
+                    kept = self._held(plural, entry.name).get(entry.group)
+                    if kept is not None and _newer(kept, entry):
+                        # A write-through newer than the list (a PATCH answered while it was
+                        # read, or between turns): kept; the watch delivers it anyway.
+                        entry = kept
+                    changes.setdefault(entry.name, {})[entry.group] = entry
+                for name in names[start : start + REPLACE_TURN]:
+                    if namespace is not None and name[0] != namespace:
+                        continue
+                    for g in self._held(plural, name):
+                        if (group is None or g == group) and (name, g) not in listed:
+                            changes.setdefault(name, {})[g] = None
+                for name, change in changes.items():
                     self._change(plural, name, change)
-                if start + REPLACE_TURN >= len(items):
+                if start + REPLACE_TURN >= steps:
                     del self.replacing[source]
                     if source not in self.first_lists:
                         self.first_lists[source] = (newest, self.counts[source])
@@ -520,12 +523,6 @@ class CRIndex:
             return copies
         shown = self._objects[plural].get(name)
         return {shown.group: shown} if shown is not None else {}
-
-    def _held_all(self, plural: str) -> Iterator[tuple[Name, dict[str, Entry]]]:
-        shared = self._copies[plural]
-        for name, shown in list(self._objects[plural].items()):
-            yield name, shared.get(name) or {shown.group: shown}
-        # A copy hidden while none is shown cannot happen; shared names are all shown.
 
     def _change(self, plural: str, name: Name, change: dict[str, Entry | None]) -> None:
         """Apply new copies (None: gone) of a CR and show the most preferred group's."""

@@ -30,7 +30,7 @@ import itertools
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -91,7 +91,8 @@ class Change:
     plain_after: bytes | None = None
     # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED.
     by: bytes | None = None
-    frames: dict[tuple[str, bool, bool], bytes] = field(default_factory=dict)
+    # Its framed forms, made on first use (most changes are framed in one or two forms).
+    frames: dict[tuple[str, bool, bool], bytes] | None = None
 
     def frame(
         self, type_: str, sse: bool, revision: Callable[[int], bytes], plain: bool = False
@@ -100,12 +101,15 @@ class Change:
         variant = self.plain_before if deleted else self.plain_after
         plain = plain and variant is not None  # the same bytes otherwise: framed once
         key = (type_, sse, plain)
-        encoded = self.frames.get(key)
+        frames = self.frames
+        if frames is None:
+            frames = self.frames = {}
+        encoded = frames.get(key)
         if encoded is None:
             item = variant if plain else self.before if deleted else self.after
             assert item is not None
             position = revision(self.seq)
-            encoded = self.frames[key] = framing.frame(
+            encoded = frames[key] = framing.frame(
                 framing.change_line(
                     type_, self.route, item, position, None if deleted else self.by
                 ),
