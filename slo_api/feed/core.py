@@ -256,7 +256,12 @@ class Feed:
     def _deliver_all(self, streams: Iterable[Stream]) -> None:
         sent = 0
         for stream in streams:
-            sent += self._deliver(stream)
+            try:
+                sent += self._deliver(stream)
+            except Exception as exc:
+                # One stream's failure ends that stream, not the flush for the others.
+                if stream.finished is not None and not stream.finished.done():
+                    _fail(stream.finished, exc)
         if sent:
             self.metrics.stream_events.inc(sent)
 
