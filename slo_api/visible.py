@@ -14,12 +14,12 @@ An ETag is a hash of the page's bytes: the same content has the same ETag on eve
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Protocol
 
+from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex
-from slo_api.service import Allowed, Service
+from slo_api.service import Allowed, Service, weak_etag
 
 ROUTE_LISTS = 64
 PAGES = 256
@@ -47,8 +47,8 @@ class VisiblePages:
         self._full = False  # whether the change log follows the full view yet
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
-        self._routes: dict[tuple[Allowed, str | None], list[str]] = {}
-        self._pages: dict[PageKey, tuple[bytes, str]] = {}
+        self._routes: BoundedDict[tuple[Allowed, str | None], list[str]] = BoundedDict(ROUTE_LISTS)
+        self._pages: BoundedDict[PageKey, tuple[bytes, str]] = BoundedDict(PAGES)
 
     def _follow_changes(self) -> None:
         if self._seq == self.changes.seq:
@@ -95,9 +95,7 @@ class VisiblePages:
                 routes = self._visible(allowed, kind)
                 line = self._line(allowed) if full else None
             body = self.service.render_page(routes, page, page_size, full, line)
-            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
-            if len(self._pages) >= PAGES:
-                del self._pages[next(iter(self._pages))]
+            etag = weak_etag(body)
             cached = self._pages[key] = (body, etag)
         return cached
 
@@ -122,7 +120,5 @@ class VisiblePages:
                     if (k.name, namespace) in allowed:
                         seen.add(route)
             routes = [route for route in self.index.routes(kind) if route in seen]
-            if len(self._routes) >= ROUTE_LISTS:
-                del self._routes[next(iter(self._routes))]
             self._routes[key] = routes
         return routes
