@@ -12,10 +12,12 @@ never listed and never a claim on a route.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +89,8 @@ def _name(obj: Obj) -> Name:
     return sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", ""))
 
 
+# CRs a relist applies per turn of the event loop (replace_in_turns): about 20 ms of it.
+REPLACE_TURN = 1000
 # Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
 # claims and the sorted route lists (see tests/unit/test_index_memory.py).
 ENTRY_OVERHEAD = 460
@@ -143,12 +147,20 @@ class _SortedNames:
         if at == len(self.items) or self.items[at] != name:
             self.items.insert(at, name)
 
+    def _has(self, name: str) -> bool:
+        at = bisect.bisect_left(self.items, name)
+        return at < len(self.items) and self.items[at] == name
+
     def discard(self, name: str) -> None:
         at = bisect.bisect_left(self.items, name)
         if at < len(self.items) and self.items[at] == name:
             del self.items[at]
 
     def update(self, add: list[str], remove: list[str]) -> None:
+        if len(add) + len(remove) > self.BULK:
+            # A relist touches many routes that stay (new versions): only real moves count.
+            add = [name for name in add if not self._has(name)]
+            remove = [name for name in remove if self._has(name)]
         if len(add) + len(remove) <= self.BULK:
             for name in remove:
                 self.discard(name)
@@ -220,7 +232,6 @@ class CRIndex:
         # reads do not rebuild them per request. A route's entries are dropped whenever a CR
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
-        self.generation = 0
         # Bytes of encoded objects held (every copy), and of cached renders, for the estimate.
         self.encoded_bytes = 0
         self.rendered_bytes = 0
@@ -231,8 +242,19 @@ class CRIndex:
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
         self.first_positions: dict[Source, int] = {}
-        # While listeners run: the source and resourceVersion of what they are told about.
+        # Copies held per informer, and, from each informer's first list, the newest object's
+        # resourceVersion and how many it listed: a state another replica names at an older
+        # version with as many objects, none newer, is the same state (nothing moved since).
+        self.counts: Counter[Source] = Counter()
+        self.first_lists: dict[Source, tuple[int, int]] = {}
+        # Informers whose relist is being applied (over several turns), and its version.
+        self.replacing: dict[Source, int] = {}
+        # While listeners run: the source and resourceVersion of what they are told about,
+        # and the routes whose copy shown moved to another API group (their renders may be
+        # the same bytes, but what a caller's access is asked about is not).
         self.cause: tuple[Source, int] | None = None
+        self.moved: frozenset[str] = frozenset()
+        self._moved: set[str] = set()
         self._cause: tuple[Source, int] | None = None
         self._updated: list[Updated] = []
 
@@ -425,30 +447,76 @@ class CRIndex:
         and namespaces, are untouched. `objs` may be entries made by `entry()` (a list builds
         them as it reads).
         """
-        changes: dict[Name, dict[str, Entry | None]] = {}
-        newest = 0
-        for item in objs:
-            entry = item if isinstance(item, Entry) else self.entry(plural, item, group)
-            kept = self._held(plural, entry.name).get(entry.group)
-            if kept is not None and _newer(kept, entry):
-                # A write-through newer than the list (a PATCH answered while it was read):
-                # keep it; the watch from the list's resourceVersion delivers it anyway.
-                entry = kept
-            changes.setdefault(entry.name, {})[entry.group] = entry
-            newest = max(newest, entry.rv or 0)
+        for _ in self._replacing(plural, objs, group, namespace):
+            pass
+
+    async def replace_in_turns(
+        self,
+        plural: str,
+        objs: Iterable[Obj | Entry],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """`replace`, `REPLACE_TURN` CRs per turn of the event loop: a relist of 100,000 CRs
+        does not stall it. Between turns every reader sees each CR as listed or as it was,
+        the route lists and claims agreeing; the change log stands before the relist until
+        its last turn (`replacing`)."""
+        steps = self._replacing(plural, objs, group, namespace)
+        try:
+            for _ in steps:
+                await asyncio.sleep(0)
+        finally:
+            steps.close()  # cancelled half way: the next relist puts the rest right
+
+    def _replacing(
+        self,
+        plural: str,
+        objs: Iterable[Obj | Entry],
+        group: str | None,
+        namespace: str | None,
+    ) -> Generator[None, None, None]:
+        # Each turn builds only its own changes: few objects live at once for the collector
+        # to scan (a full collection over a relist's worth of them stalls the loop too).
+        entries = [
+            item if isinstance(item, Entry) else self.entry(plural, item, group) for item in objs
+        ]
+        newest = max((entry.rv or 0 for entry in entries), default=0)
+        listed = {(entry.name, entry.group) for entry in entries}
         # A relist: what it finds gone vanished at some point up to the list's version.
         source = (plural, group or "", namespace or "")
-        self._cause = (source, self.positions.get(source, newest))
-        for name, held in self._held_all(plural):
-            if namespace is not None and name[0] != namespace:
-                continue
-            for g in held:
-                if (group is None or g == group) and g not in changes.get(name, {}):
-                    changes.setdefault(name, {})[g] = None
-        for name, change in changes.items():
-            self._change(plural, name, change)
-        # The sorted route lists once for the whole relist, not once per object.
-        self._settle()
+        cause = (source, self.positions.get(source, newest))
+        names = list(self._objects[plural])
+        self.replacing[source] = cause[1]
+        try:
+            steps = max(len(entries), len(names), 1)
+            for start in range(0, steps, REPLACE_TURN):
+                changes: dict[Name, dict[str, Entry | None]] = {}
+                for entry in entries[start : start + REPLACE_TURN]:
+                    kept = self._held(plural, entry.name).get(entry.group)
+                    if kept is not None and _newer(kept, entry):
+                        # A write-through newer than the list (a PATCH answered while it was
+                        # read, or between turns): kept; the watch delivers it anyway.
+                        entry = kept
+                    changes.setdefault(entry.name, {})[entry.group] = entry
+                for name in names[start : start + REPLACE_TURN]:
+                    if namespace is not None and name[0] != namespace:
+                        continue
+                    for g in self._held(plural, name):
+                        if (group is None or g == group) and (name, g) not in listed:
+                            changes.setdefault(name, {})[g] = None
+                for name, change in changes.items():
+                    self._change(plural, name, change)
+                if start + REPLACE_TURN >= steps:
+                    del self.replacing[source]
+                    if source not in self.first_lists:
+                        self.first_lists[source] = (newest, self.counts[source])
+                # The sorted route lists once per turn, not once per object.
+                self._cause = cause
+                self._settle()
+                if source in self.replacing:
+                    yield
+        finally:
+            self.replacing.pop(source, None)
 
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
         self.replace(plural, (), group, namespace)
@@ -463,17 +531,13 @@ class CRIndex:
         shown = self._objects[plural].get(name)
         return {shown.group: shown} if shown is not None else {}
 
-    def _held_all(self, plural: str) -> Iterator[tuple[Name, dict[str, Entry]]]:
-        shared = self._copies[plural]
-        for name, shown in list(self._objects[plural].items()):
-            yield name, shared.get(name) or {shown.group: shown}
-        # A copy hidden while none is shown cannot happen; shared names are all shown.
-
     def _change(self, plural: str, name: Name, change: dict[str, Entry | None]) -> None:
         """Apply new copies (None: gone) of a CR and show the most preferred group's."""
         held = self._held(plural, name)
         copies = dict(held)
         for group, entry in change.items():
+            if (entry is None) == (group in held):  # a copy comes or goes
+                self.counts[self._source(plural, group, name[0])] += 1 if entry else -1
             if entry is None:
                 copies.pop(group, None)
             else:
@@ -503,15 +567,15 @@ class CRIndex:
         key = (plural, *name)
         if old is not None:
             self._unlink(key, old)
+            if old.group != entry.group:
+                self._moved.add(entry.route)
         self._objects[plural][name] = entry
         self._link(key, entry)
-        self.generation += 1
 
     def _unstore(self, plural: str, name: Name) -> None:
         old = self._objects[plural].pop(name, None)
         if old is not None:
             self._unlink((plural, *name), old)
-            self.generation += 1
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():
@@ -525,6 +589,7 @@ class CRIndex:
             return
         changed, self._changed = self._changed, set()
         self.cause = cause
+        self.moved, self._moved = frozenset(self._moved), set()
         try:
             for listener in self._listeners:
                 try:
@@ -534,6 +599,7 @@ class CRIndex:
                     log.exception("index listener failed")
         finally:
             self.cause = None
+            self.moved = frozenset()
 
     def _link(self, key: Key, entry: Entry) -> None:
         route = entry.route

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -51,7 +52,6 @@ class Runtime:
         self.service = Service(kube, self.kinds, self.index, ownership)
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
-        self.visible = VisiblePages(self.service, self.index)
         self.events = EventRecorder(kube, metrics)
         self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
         if self.history.enabled:
@@ -69,6 +69,8 @@ class Runtime:
             flush_seconds=settings.watch_flush_seconds,
             by=self.history.by,
         )
+        # The pages and their ETags follow the feed's change log: the one change signal.
+        self.visible = VisiblePages(self.service, self.index, self.feed.log)
         self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
@@ -131,6 +133,19 @@ class Runtime:
             asyncio.create_task(self._supervised(i), name=f"watch-{i.kind.name}")
             for i in self.informers
         ]
+        self._tasks.append(asyncio.create_task(self._freeze_when_synced(), name="gc-freeze"))
+
+    async def _freeze_when_synced(self) -> None:
+        """Once every kind is first listed, move what is alive (the index, its caches, the
+        code) to the collector's permanent generation: a full collection, which falls during
+        any large relist, then scans only what came since (at 100,000 routes a few hundred
+        ms of stalled loop otherwise). What was alive is still freed when its last reference
+        goes; only a reference cycle among it would no longer be collected."""
+        # Polled: each kind's informers set their own flag, and the first sync happens once.
+        while not all(i.synced for i in self.informers):  # noqa: ASYNC110
+            await asyncio.sleep(1)
+        gc.collect()
+        gc.freeze()
 
     async def _supervised(self, watch: KindWatch) -> None:
         def failed(_: BaseException | None) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError, invalid
 from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
@@ -17,7 +16,6 @@ from slo_api.kube import Kube, KubeError, Resource
 from slo_api.ownership import Owner, Ownership
 from slo_api.upstream import to_api_error
 
-PAGE_CACHE_SIZE = 32
 # A write recomputed after a lost race this many times in a row gives up with 409. Each writer
 # that loses to another one re-reads: N writers racing on one CR need up to N attempts.
 WRITE_ATTEMPTS = 5
@@ -159,10 +157,6 @@ class Service:
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
-        self._pages: BoundedDict[tuple[int, int, str | None, bool], tuple[bytes, str]] = (
-            BoundedDict(PAGE_CACHE_SIZE)
-        )
-        self._pages_generation = -1
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
 
@@ -423,34 +417,6 @@ class Service:
             return self.project(self.kinds[plural], obj, pools)
         return self.summary(route)
 
-    def page(
-        self, page: int, page_size: int, kind: str | None, full: bool = False
-    ) -> tuple[bytes, str]:
-        """The `GET /config` body and its weak ETag (a hash of the body).
-
-        Pages already built are kept until the index next changes: pollers asking for the
-        same pages again get them for a dictionary look-up.
-        """
-        if self._pages_generation != self.index.generation:
-            self._pages.clear()
-            self._pages_generation = self.index.generation
-        key = (page, page_size, kind, full)
-        cached = self._pages.get(key)
-        if cached is None:
-            body = self._page_body(page, page_size, kind, full)
-            etag = weak_etag(body)
-            cached = self._pages[key] = (body, etag)
-        return cached
-
-    def _page_body(self, page: int, page_size: int, kind: str | None, full: bool) -> bytes:
-        """Byte for byte what orjson makes of
-        `{"items": [...], "total": n, "page": page, "pageSize": page_size}`.
-
-        Each item is encoded once and kept by the index until its CRs change, so a page costs
-        a slice and a join, whatever the size of the index.
-        """
-        return self.render_page(self.index.routes(kind), page, page_size, full)
-
     def render_page(
         self,
         routes: list[str],
@@ -459,7 +425,13 @@ class Service:
         full: bool,
         line: Callable[[str], bytes] | None = None,
     ) -> bytes:
-        """A page of `routes`, each item `line(route)` (by default its cached line)."""
+        """Byte for byte what orjson makes of
+        `{"items": [...], "total": n, "page": page, "pageSize": page_size}` for `routes`, each
+        item `line(route)` (by default its cached line).
+
+        Each item is encoded once and kept by the index until its CRs change, so a page costs
+        a slice and a join, whatever the size of the index.
+        """
         start = (page - 1) * page_size
         chosen = routes[start : start + page_size]
         if line is None:

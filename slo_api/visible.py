@@ -1,14 +1,21 @@
-"""`GET /config` for a caller who may list some namespaces only (a Kubernetes identity).
+"""`GET /config` pages for every caller, kept until the change log next moves.
 
-The allowed (kind, namespace) pairs are worked out once per request (by the Authorizer, from
-the namespaces and API groups `held` names); the routes they let the
-caller see, and the pages built from them, are kept until the index next changes, so a caller
-polling its pages pays a few dictionary look-ups, as a static-token caller does.
+The change log (slo_api/feed) is the one change signal: its `seq` moves with every change it
+publishes in a view it follows, so a page built at one `seq` stays true until the next. The
+allowed (kind, namespace) pairs of a caller who may list some namespaces only (a Kubernetes
+identity) are worked out once per request (by the Authorizer, from the namespaces and API
+groups `held` names); the routes they let the caller see, and the pages built from them, are
+kept the same way, so a caller polling its pages pays a few dictionary look-ups, as a
+static-token caller does.
+
+An ETag is a hash of the page's bytes: the same content has the same ETag on every replica
+(a poller behind a Service gets its 304 from either), and it changes whenever the content does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex
@@ -16,26 +23,37 @@ from slo_api.service import Allowed, Service, weak_etag
 
 ROUTE_LISTS = 64
 PAGES = 256
+PageKey = tuple[Allowed | None, int, int, str | None, bool]
+
+
+class Changes(Protocol):
+    """What the pages need of the change log."""
+
+    # Moves with every change published in a followed view (and only then).
+    seq: int
+
+    def follow(self, view: str) -> None:
+        """Publish the changes of `view` from now on."""
+        ...
 
 
 class VisiblePages:
-    def __init__(self, service: Service, index: CRIndex) -> None:
+    def __init__(self, service: Service, index: CRIndex, changes: Changes) -> None:
         self.service = service
         self.index = index
-        self._plural = {k.name: p for p, k in service.kinds.items()}
+        self.changes = changes
         self._name = {p: k.name for p, k in service.kinds.items()}
-        self._generation = -1
+        self._seq = -1
+        self._full = False  # whether the change log follows the full view yet
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
         self._routes: BoundedDict[tuple[Allowed, str | None], list[str]] = BoundedDict(ROUTE_LISTS)
-        self._pages: BoundedDict[tuple[Allowed, int, int, str | None, bool], tuple[bytes, str]] = (
-            BoundedDict(PAGES)
-        )
+        self._pages: BoundedDict[PageKey, tuple[bytes, str]] = BoundedDict(PAGES)
 
-    def _follow_index(self) -> None:
-        if self._generation == self.index.generation:
+    def _follow_changes(self) -> None:
+        if self._seq == self.changes.seq:
             return
-        self._generation = self.index.generation
+        self._seq = self.changes.seq
         held: dict[str, dict[str, set[str]]] = {}
         for plural in self.service.kinds:
             spaces = held[self._name[plural]] = {}
@@ -52,24 +70,31 @@ class VisiblePages:
     def held(self) -> dict[str, dict[str, frozenset[str]]]:
         """By kind name, the namespaces that hold CRs and the API groups of the copies shown
         there: what a caller's `list` is asked about."""
-        self._follow_index()
+        self._follow_changes()
         return self._held
 
     def page(
         self, allowed: Allowed | None, page: int, page_size: int, kind: str | None, full: bool
     ) -> tuple[bytes, str]:
         """A page of what `allowed` lets a caller see; None: everything (a static token)."""
-        self._follow_index()
-        if allowed is None or allowed >= self._everything:
-            # Sees every namespace there is: the very pages a static token gets.
-            return self.service.page(page, page_size, kind, full)
+        if full and not self._full:
+            # The log follows the full view from its first reader on (rendering every
+            # route's full item costs CPU and memory nobody may need): its changes then move
+            # `seq` too. Before the page is built, so the page is at a `seq` that covers it.
+            self.changes.follow("full")
+            self._full = True
+        self._follow_changes()
+        if allowed is not None and allowed >= self._everything:
+            allowed = None  # sees every namespace there is: the very pages a static token gets
         key = (allowed, page, page_size, kind, full)
         cached = self._pages.get(key)
         if cached is None:
-            line = self._line(allowed) if full else None
-            body = self.service.render_page(
-                self._visible(allowed, kind), page, page_size, full, line
-            )
+            if allowed is None:
+                routes, line = self.index.routes(kind), None
+            else:
+                routes = self._visible(allowed, kind)
+                line = self._line(allowed) if full else None
+            body = self.service.render_page(routes, page, page_size, full, line)
             etag = weak_etag(body)
             cached = self._pages[key] = (body, etag)
         return cached

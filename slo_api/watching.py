@@ -266,7 +266,7 @@ class Informer:
                 elif kind == "BOOKMARK":
                     meta = obj.get("metadata") or {}
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                        return self._listed(
+                        return await self._listed(
                             list(entries.values()), str(meta.get("resourceVersion") or "")
                         )
         raise _Relist("relist", "the list stream ended before its initial events did")
@@ -296,14 +296,15 @@ class Informer:
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
-        return self._listed(items, str(meta.get("resourceVersion") or ""))
+        return await self._listed(items, str(meta.get("resourceVersion") or ""))
 
-    def _listed(self, items: list[Entry], resource_version: str) -> str:
+    async def _listed(self, items: list[Entry], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
         self._answered()
         self.index.reached(self._plural, self.group, self.namespace, resource_version)
-        self.index.replace(self._plural, items, self.group, self.namespace)
+        # In turns of the loop: a relist of 100,000 CRs must not stall every request and stream.
+        await self.index.replace_in_turns(self._plural, items, self.group, self.namespace)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
             log.info("%s: listed %d objects", self._name, len(items))

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
 from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History, shown
+from slo_api.feed.pump import Pump, Write
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
 from slo_api.service import Allowed, Service
@@ -32,8 +33,6 @@ RESUME_WAIT_SECONDS = 3.0
 # After SIGTERM, how long a stream may take to write what it has before it is cut: a client
 # that stopped reading must not hold the process past its grace period.
 STOP_WRITE_SECONDS = 2.0
-
-Write = Callable[[bytes], Awaitable[None]]
 
 
 class Closing(Exception):
@@ -61,7 +60,7 @@ class Feed:
         self.log = ChangeLog(service, history_bytes, by)
         # Trimmed before the flusher hears of the changes: a stream left behind is ended first.
         self.log.listeners.append(self._trim)
-        self.flusher = Flusher(self.log, flush_seconds)
+        self.flusher = Flusher(self.log, flush_seconds, self._deliver_all)
         self.registry = Registry(max_streams, streams_per_identity)
         self.bookmark_seconds = bookmark_seconds
         self.access_seconds = access_seconds
@@ -72,6 +71,7 @@ class Feed:
         self.log.history("summary", None)
         self._tasks: list[asyncio.Task[None]] = []
         self._force: asyncio.TimerHandle | None = None
+        self._waiting: dict[Pump, Stream] = {}  # writes under way, for when they are done
 
     @property
     def streams(self) -> set[Stream]:
@@ -226,7 +226,9 @@ class Feed:
     async def serve(self, stream: Stream, write: Write) -> None:
         """Write the stream's events until it is ended or the feed closes.
 
-        `Feed.end` cancels the task running this (the caller catches that cancellation when
+        The stream's own task writes its initial state; after it, the flusher writes to it
+        (see `_deliver`) and the task only waits for the stream to be over. `Feed.end`
+        cancels the task running this (the caller catches that cancellation when
         `stream.cancelled` says it was the feed's).
         """
         stream.task = asyncio.current_task()
@@ -236,26 +238,87 @@ class Feed:
                 await write(framing.preamble(True))
             if stream.initial:
                 await self._initial(stream, write)
-            await self._follow(stream, write)
+            if self.closing:
+                return
+            stream.write = write
+            finished = stream.finished = asyncio.get_running_loop().create_future()
+            self.flusher.join(stream)
+            self._deliver(stream)  # what came meanwhile, or all after a resume's position
+            await finished
         finally:
+            self.flusher.leave(stream)
+            if stream.pump is not None:
+                self._waiting.pop(stream.pump, None)
+                stream.pump.abandon()  # cut while its client was not reading
+                stream.pump = None
             stream.serving = False
 
-    async def _follow(self, stream: Stream, write: Write) -> None:
+    def _deliver_all(self, streams: Iterable[Stream]) -> None:
+        sent = 0
+        for stream in streams:
+            try:
+                sent += self._deliver(stream)
+            except Exception as exc:
+                # One stream's failure ends that stream, not the flush for the others.
+                if stream.finished is not None and not stream.finished.done():
+                    _fail(stream.finished, exc)
+        if sent:
+            self.metrics.stream_events.inc(sent)
+
+    def _deliver(self, stream: Stream) -> int:
+        """Write to a stream past its initial state what it has not had yet (from the flusher:
+        no task is woken); the events written.
+
+        A write the client's socket cannot take now goes on by itself, and the stream gets
+        nothing more until it is done: the history keeps what follows (bounded in bytes: a
+        stream that falls behind what it keeps is ended), never a queue per stream.
+        """
+        finished, write = stream.finished, stream.write
+        if finished is None or finished.done() or write is None or stream.pump is not None:
+            return 0
         flusher, changelog = self.flusher, self.log
-        while stream.ended is None and not self.closing:
+        sent = 0
+        while True:
+            if self.closing or stream.ended is not None:
+                finished.set_result(None)  # ended: its task writes the last line
+                return sent
             if stream.cursor < changelog.seq:
                 chunk, count, upto = flusher.batch(stream)
                 stream.cursor = upto
-                if count:
-                    await write(chunk)
-                    self.metrics.stream_events.inc(count)
-                stream.written = upto
+                if not count:
+                    stream.written = upto
+                    continue
             elif stream.bookmarks != flusher.round:
                 stream.bookmarks = flusher.round
-                await write(framing.bookmark(changelog.revision(stream.cursor), stream.sse))
-                self.metrics.stream_events.inc()
+                chunk = framing.bookmark(changelog.revision(stream.cursor), stream.sse)
+                count, upto = 1, stream.cursor
             else:
-                await flusher.wait(stream.history)
+                return sent
+            sent += count
+            pump = Pump(write(chunk), self._written)
+            if pump.error is not None:
+                _fail(finished, pump.error)
+                return sent
+            if not pump.finished:
+                stream.pump, stream.writing_upto = pump, upto
+                self._waiting[pump] = stream
+                return sent
+            stream.written = upto
+
+    def _written(self, pump: Pump) -> None:
+        """A write that had to wait is done: the stream goes on from where it got to."""
+        stream = self._waiting.pop(pump, None)
+        if stream is None or stream.pump is not pump:
+            return
+        stream.pump = None
+        if pump.error is not None:
+            if stream.finished is not None and not stream.finished.done():
+                _fail(stream.finished, pump.error)
+            return
+        stream.written = stream.writing_upto
+        sent = self._deliver(stream)
+        if sent:
+            self.metrics.stream_events.inc(sent)
 
     async def _initial(self, stream: Stream, write: Write) -> None:
         # The snapshot's place and its route list are taken in one go (no await between).
@@ -313,6 +376,13 @@ class Feed:
         if written is None:
             return b""
         return framing.bookmark(written, stream.sse)
+
+
+def _fail(finished: asyncio.Future[None], error: BaseException) -> None:
+    """End a stream whose write failed: its task raises what the write did."""
+    if not isinstance(error, Exception):  # a cancelled write: the client or server went
+        error = ConnectionError(f"the stream's write ended: {error!r}")
+    finished.set_exception(error)
 
 
 __all__ = ["Closing", "Expired", "Feed", "Stream", "StreamAccess"]

@@ -1,16 +1,16 @@
-"""When streams are woken, and the bytes they are given.
+"""When streams are given their bytes, and the bytes they are given.
 
 Changes go out together, `flush_seconds` after the first of a burst: a thousand streams then
-cost a thousand writes per flush, not per change. Each stream waits on its history's signal,
-so a change wakes only the streams it may concern. What a stream is given is framed once for
-every stream at the same place in the same history with the same access: level streams (the
-usual case) share one batch of bytes.
+cost a thousand writes per flush, not per change. A flush hands the bytes to the streams of
+each history that changed in one pass (`deliver`), with no task woken per stream. What a
+stream is given is framed once for every stream at the same place in the same history with
+the same access: level streams (the usual case) share one batch of bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from slo_api.feed.history import ChangeLog, History
 from slo_api.feed.registry import Stream
@@ -20,21 +20,36 @@ from slo_api.service import Allowed
 WRITE_BYTES = 256 * 1024
 BATCHES = 256  # shared batches kept
 BatchKey = tuple[int, int, int, str | None, bool, Allowed | None]
+Deliver = Callable[[Iterable[Stream]], None]
 
 
 class Flusher:
-    def __init__(self, log: ChangeLog, flush_seconds: float) -> None:
+    def __init__(self, log: ChangeLog, flush_seconds: float, deliver: Deliver) -> None:
         self.log = log
         self.flush_seconds = flush_seconds
+        self.deliver = deliver
         self.round = 0  # bumped by each bookmark tick
-        self._signals: dict[int, asyncio.Future[None]] = {}
+        # The streams past their initial state, by history: what a flush hands bytes to.
+        self._live: dict[int, set[Stream]] = {}
         self._due: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
         # By (history, cursor, newest sequence, kind, format, access): level streams share.
         self._batches: dict[BatchKey, tuple[bytes, int, int]] = {}
         log.listeners.append(self.changed)
 
-    # -- waking ----------------------------------------------------------------------------
+    # -- streams ---------------------------------------------------------------------------
+
+    def join(self, stream: Stream) -> None:
+        self._live.setdefault(id(stream.history), set()).add(stream)
+
+    def leave(self, stream: Stream) -> None:
+        live = self._live.get(id(stream.history))
+        if live is not None:
+            live.discard(stream)
+            if not live:
+                del self._live[id(stream.history)]
+
+    # -- when ------------------------------------------------------------------------------
 
     def changed(self, histories: list[History]) -> None:
         self._due.update(id(h) for h in histories)
@@ -51,28 +66,14 @@ class Flusher:
     def flush(self) -> None:
         self._timer = None
         due, self._due = self._due, set()
-        for key in due:
-            self._wake(key)
+        self.deliver([s for key in due for s in list(self._live.get(key, ()))])
 
     def wake_all(self) -> None:
-        for key in list(self._signals):
-            self._wake(key)
+        self.deliver([s for live in list(self._live.values()) for s in list(live)])
 
     def tick(self) -> None:
         self.round += 1
         self.wake_all()
-
-    def _wake(self, key: int) -> None:
-        signal = self._signals.pop(key, None)
-        if signal is not None and not signal.done():
-            signal.set_result(None)
-
-    async def wait(self, history: History) -> None:
-        signal = self._signals.get(id(history))
-        if signal is None:
-            signal = self._signals[id(history)] = asyncio.get_running_loop().create_future()
-        # Shielded: one stream's cancellation must not cancel what the others await.
-        await asyncio.shield(signal)
 
     # -- batches ---------------------------------------------------------------------------
 

@@ -10,13 +10,14 @@ its byte bound; a live stream that had not yet written it is then ended (it fell
 behind than the bound), never one that had.
 
 A revision names a point in the cluster's history: the resourceVersion each informer (kind,
-API group, and namespace when namespaces are scoped) had reached, with this process's epoch
-and sequence beside it, base64 of a small binary encoding. This process resumes from its own
-sequence exactly. Another replica (or this one after a restart) resumes from the versions:
-it replays every change it recorded from a version the revision had not reached (the same
-change may come twice: events carry whole items, so the client converges), and answers 410
-when its history does not reach back that far, which after a restart it never does for a
-kind that changed meanwhile: it only knows the cluster from its first list on.
+API group, and namespace when namespaces are scoped) had reached and how many objects it
+held there, with this process's epoch and sequence beside it, base64 of a small binary
+encoding. This process resumes from its own sequence exactly. Another replica (or this one
+after a restart) resumes from the versions: it replays every change it recorded from a
+version the revision had not reached (the same change may come twice: events carry whole
+items, so the client converges), and answers 410 when its history does not reach back that
+far. A replica knows the cluster from its first list on; a version before that is covered
+only where nothing moved in between: its first list had as many objects, none newer.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import itertools
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -40,7 +41,9 @@ from slo_api.service import Allowed, Service
 VIEWS = ("summary", "full")
 
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
-Vector = tuple[tuple[Source, int], ...]  # the resourceVersion each informer reached, sorted
+# Per informer, sorted: the resourceVersion it reached, and 1 + the objects it held there
+# (0: not known, the index being ahead of what was published for it).
+Vector = tuple[tuple[Source, int, int], ...]
 Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
@@ -88,7 +91,8 @@ class Change:
     plain_after: bytes | None = None
     # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED.
     by: bytes | None = None
-    frames: dict[tuple[str, bool, bool], bytes] = field(default_factory=dict)
+    # Its framed forms, made on first use (most changes are framed in one or two forms).
+    frames: dict[tuple[str, bool, bool], bytes] | None = None
 
     def frame(
         self, type_: str, sse: bool, revision: Callable[[int], bytes], plain: bool = False
@@ -97,12 +101,15 @@ class Change:
         variant = self.plain_before if deleted else self.plain_after
         plain = plain and variant is not None  # the same bytes otherwise: framed once
         key = (type_, sse, plain)
-        encoded = self.frames.get(key)
+        frames = self.frames
+        if frames is None:
+            frames = self.frames = {}
+        encoded = frames.get(key)
         if encoded is None:
             item = variant if plain else self.before if deleted else self.after
             assert item is not None
             position = revision(self.seq)
-            encoded = self.frames[key] = framing.frame(
+            encoded = frames[key] = framing.frame(
                 framing.change_line(
                     type_, self.route, item, position, None if deleted else self.by
                 ),
@@ -215,6 +222,9 @@ class ChangeLog:
         self._pending: dict[str, Cause] = {}
         self._pending_count: Counter[Source] = Counter()
         self._pending_floor: dict[Source, int] = {}
+        # Pending routes whose copy shown moved to another API group: a change even where
+        # the items are the same bytes (what a caller's `list` is asked about moved).
+        self._moved: set[str] = set()
         self._scheduled = False
         self._mark_seqs: list[int] = []
         self._dropped_upto = -1  # the last sequence of the newest mark dropped
@@ -245,7 +255,7 @@ class ChangeLog:
         if seq <= self._dropped_upto:
             # Older than every history (a stream stuck that long): nothing is known of it,
             # so it names nothing another replica could resume from.
-            return tuple((s, 0) for s, _ in self._positions())
+            return tuple((s, 0, 0) for s, _, _ in self._positions())
         at = bisect.bisect_left(self._mark_seqs, seq)
         if at == len(self._marks):
             return self._positions()
@@ -256,9 +266,11 @@ class ChangeLog:
         vector = self.vector(seq)
         payload = bytearray(self._epoch)
         _varint(payload, seq)
-        payload += _digest(s for s, _ in vector)
-        for _, value in vector:
+        payload += _digest(s for s, _, _ in vector)
+        for _, value, _ in vector:
             _varint(payload, value)
+        for _, _, held in vector:
+            _varint(payload, held)
         return base64.urlsafe_b64encode(bytes(payload)).rstrip(b"=").decode()
 
     def position(self, seq: int) -> bytes:
@@ -288,32 +300,49 @@ class ChangeLog:
     def versions(self, revision: str) -> dict[Source, int] | None:
         """The informers' versions a revision from another process names; None for one of
         this process's own."""
+        remote = self._remote(revision)
+        return None if remote is None else {s: v for s, (v, _) in remote.items()}
+
+    def _remote(self, revision: str) -> dict[Source, tuple[int, int | None]] | None:
+        """Per informer, the version and objects held (None: not known) a revision from
+        another process names; None for one of this process's own."""
         epoch, _, digest, values = self._decode(revision)
         if epoch == self._epoch:
             return None
         mine = sorted(self.index.positions)
-        if digest != _digest(mine) or len(values) != len(mine):
+        if digest != _digest(mine) or len(values) not in (len(mine), 2 * len(mine)):
             raise Expired(f"revision {revision!r} is from a server that follows other resources")
-        return dict(zip(mine, values, strict=True))
+        # A revision without counts (from a server before they were given) knows none.
+        held = values[len(mine) :] or [0] * len(mine)
+        return {
+            source: (values[i], held[i] - 1 if held[i] else None) for i, source in enumerate(mine)
+        }
 
     def parse(self, revision: str, history: History) -> int:
         """The sequence a resume in `history` may start after, or Expired."""
-        versions = self.versions(revision)
-        if versions is None:
+        remote = self._remote(revision)
+        if remote is None:
             seq = self.sequence(revision)
             if seq > self.seq:
                 raise Expired(f"revision {revision!r} is not from this server process")
             if seq < history.floor:
                 raise Expired(f"revision {revision!r} is older than the history kept")
             return seq
-        first = self.index.first_positions
-        for source in versions:
-            # Nothing before an informer's first list is known here (a restart, a new replica).
-            floor = max(history.floor_rv.get(source, 0), first.get(source, 0))
-            if versions[source] < floor:
+        first, lists = self.index.first_positions, self.index.first_lists
+        reached: dict[Source, int] = {}
+        for source, (version, held) in remote.items():
+            if version < history.floor_rv.get(source, 0):
                 raise Expired(f"revision {revision!r} is older than the history kept")
+            reached[source] = version
+            if version < first.get(source, 0):
+                # Before this process's first list (a restart, a new replica): covered only
+                # if nothing moved since, and then it stands where that list did.
+                listed = lists.get(source)
+                if listed is None or held != listed[1] or listed[0] > version:
+                    raise Expired(f"revision {revision!r} is older than the history kept")
+                reached[source] = first[source]
         for change in history.live():
-            if change.rv > versions.get(change.source, -1):
+            if change.rv > reached.get(change.source, -1):
                 return change.seq - 1
         return self.seq
 
@@ -323,14 +352,15 @@ class ChangeLog:
         """The history of a (view, kind), kept from now on once a stream asks for it."""
         found = self.histories.get((view, kind))
         if found is None:
-            self._activate(view)
+            self.follow(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
             found.floor_rv = dict(self.index.positions)
             self._mark(frozenset(), {})
         return found
 
-    def _activate(self, view: str) -> None:
-        """Start following a view: its current items become the published state."""
+    def follow(self, view: str) -> None:
+        """Start following a view (for its first stream, or its first /config page): its
+        current items become the published state, and each change of one moves `seq`."""
         if view in self._last:
             return
         # What is still pending is recorded first: the new view starts from what the others
@@ -440,6 +470,7 @@ class ChangeLog:
                 count[old[0]] -= 1
             pending[route] = cause
         count[cause[0]] += len(routes)
+        self._moved |= self.index.moved
         self._pending_floor.setdefault(source, rv)
         if not self._scheduled:
             self._publish()
@@ -475,6 +506,9 @@ class ChangeLog:
                 self._pending_floor.pop(source, None)
             owners = self._owners_of(route)
             old_owners = self._owners.get(route, ())
+            moved = route in self._moved
+            if moved:
+                self._moved.discard(route)
             if owners:
                 self._owners[route] = owners
             else:
@@ -482,7 +516,7 @@ class ChangeLog:
             for view, last in self._last.items():
                 before = last.get(route)
                 after = line(view, route) if owners else None
-                if before == after and old_owners == owners:
+                if before == after and old_owners == owners and not moved:
                     continue  # a relist re-storing an object, or a change another view shows
                 if after is None:
                     last.pop(route, None)
@@ -525,12 +559,19 @@ class ChangeLog:
                 listener(list(touched.values()))
 
     def _positions(self) -> Vector:
-        """The informers' versions, less what is still waiting to be recorded: an informer
-        with changes pending stands before the first of them."""
-        floor = self._pending_floor
+        """The informers' versions and objects held, less what is still waiting to be
+        recorded: an informer with changes pending (or a relist still being applied) stands
+        before the first of them (and what it held there is not known)."""
+        floor, counts = self._pending_floor, self.index.counts
+        # A relist the index applies over several turns stands before its version till done.
+        replacing = self.index.replacing
         return tuple(
             sorted(
-                (s, min(v, floor[s] - 1) if s in floor else v)
+                (s, min(v, floor[s] - 1), 0)
+                if s in floor
+                else (s, min(v, replacing[s] - 1), 0)
+                if s in replacing
+                else (s, v, counts[s] + 1)
                 for s, v in self.index.positions.items()
             )
         )
@@ -539,7 +580,9 @@ class ChangeLog:
         # A position inside the chunk (not the last of its view) stands before every cause
         # the chunk holds: a stream cut there has not written the rest.
         vector = self._positions()
-        inside = tuple((s, min(v, lowest[s] - 1) if s in lowest else v) for s, v in vector)
+        inside = tuple(
+            (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held) for s, v, held in vector
+        )
         self._marks.append((self.seq, vector, inside, lasts))
         self._mark_seqs.append(self.seq)
         if len(self._marks) > 4096 and self.histories:

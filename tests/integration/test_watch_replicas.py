@@ -242,3 +242,53 @@ async def test_sloctl_watch_prints_deletions_missed_across_a_restart(
             if process is not None and process.proc.poll() is None:
                 process.proc.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(process.proc.wait, 30)
+
+
+async def test_a_replica_started_later_resumes_where_nothing_moved_since(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
+) -> None:
+    # Both watch this namespace only: what other tests leave behind elsewhere may move.
+    env = {"WATCH_NAMESPACES": namespace}
+    admin.create(crs.llm(namespace, "still", service_id=f"still-{namespace}"))
+    (tmp_path / "first").mkdir()
+    first = await start_process(slo_api_kubeconfig, tmp_path / "first", **env)
+    try:
+        async with (
+            httpx.AsyncClient(base_url=first.url, headers=AUTH, timeout=WITHIN) as client,
+            client.stream("GET", "/config", params={"watch": "true"}) as response,
+        ):
+            state: dict[str, Obj] = {}
+            async with asyncio.timeout(WITHIN):
+                async for event in lines(response):
+                    if event["type"] == "BOOKMARK" and event.get("initial"):
+                        revision = event["revision"]
+                        break
+                    apply(state, event)
+    finally:
+        first.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(first.proc.wait, 30)
+    # The cluster moves on (other namespaces, other resources), these routes do not.
+    (tmp_path / "second").mkdir()
+    second = await start_process(slo_api_kubeconfig, tmp_path / "second", **env)
+    try:
+        async with (
+            httpx.AsyncClient(base_url=second.url, headers=AUTH, timeout=WITHIN) as client,
+            client.stream(
+                "GET", "/config", params={"watch": "true", "since": revision}
+            ) as response,
+        ):
+            assert response.status_code == 200, await response.aread()
+            await asyncio.to_thread(
+                admin.merge_patch, *LLM, namespace, "still", {"spec": {"priority": 4}}
+            )
+            async with asyncio.timeout(WITHIN):
+                async for event in lines(response):
+                    assert not event.get("initial"), "a resume, not a new initial state"
+                    assert event["type"] != "ERROR", event
+                    apply(state, event)
+                    if state.get(f"still-{namespace}", {}).get("priority") == 4:
+                        break
+            assert state == await config_items(client)
+    finally:
+        second.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.proc.wait, 30)

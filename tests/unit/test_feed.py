@@ -173,7 +173,7 @@ async def test_a_members_pool_is_streamed_only_where_config_shows_it() -> None:
     index.upsert(POOL, pool("a", "p", ["chat"]))
     llm_only = frozenset({("llm", "a")})
     both = llm_only | {("pool", "a")}
-    pages = VisiblePages(feed.service, index)
+    pages = VisiblePages(feed.service, index, feed.log)
 
     def config(allowed: Allowed) -> Obj:
         body = orjson.loads(pages.page(allowed, 1, 100, "llm", True)[0])
@@ -687,3 +687,101 @@ async def test_a_kind_resumed_in_the_views_history_gets_only_its_kind() -> None:
     assert jobs.changes() == [("ADDED", "batch")]
     await everyone.stop()
     await jobs.stop()
+
+
+async def test_a_flush_writes_to_every_caught_up_stream_itself_without_waking_their_tasks() -> None:
+    # One pass of the flusher hands the shared bytes to each stream's write: the changes are
+    # written before any of the streams' tasks runs again.
+    feed = make_feed()
+    index = feed.index
+    readers = [await reader(feed) for _ in range(3)]
+    index.upsert(LLM, cr("a", "x", "chat"))  # flush_seconds 0: flushed in this call
+    for r in readers:
+        assert r.changes() == [("ADDED", "chat")]
+    for r in readers:
+        await r.stop()
+
+
+async def test_a_stream_whose_write_waited_goes_on_from_there_and_the_others_are_not_held() -> None:
+    feed = make_feed()
+    index = feed.index
+    gate = asyncio.Event()
+    slow_raw: list[bytes] = []
+
+    async def slow_write(chunk: bytes) -> None:
+        await gate.wait()  # its client's socket is full until the gate opens
+        slow_raw.append(chunk)
+
+    slow_stream = feed.open("summary", None)
+    slow = Reader(feed, slow_stream)
+    await slow.settle()
+    slow_stream.write = slow_write  # from now on its writes wait
+    fast = await reader(feed)
+    index.upsert(LLM, cr("a", "x", "one"))
+    index.upsert(LLM, cr("a", "y", "two"))
+    assert fast.changes() == [("ADDED", "one"), ("ADDED", "two")]
+    assert slow_raw == []
+    gate.set()
+    await slow.settle()
+    # Its first write went out, then everything after it in one more.
+    events = [orjson.loads(line) for chunk in slow_raw for line in chunk.splitlines()]
+    assert [(e["type"], e["route"]) for e in events] == [("ADDED", "one"), ("ADDED", "two")]
+    assert len(slow_raw) == 2
+    assert slow_stream.written == feed.head
+    await slow.stop()
+    await fast.stop()
+
+
+async def test_a_fresh_replica_resumes_from_before_its_start_where_nothing_moved_since() -> None:
+    a = make_feed()
+    listed([a], [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a)
+    before = a.revision(a.head)
+    a.index.reached(LLM, GROUP, None, "15")  # a bookmark: the cluster moved on, not the kind
+    # b starts later (a restart, a new replica) and lists the very same object.
+    b = make_feed()
+    listed([b], [cr("a", "x", "chat", rv=10)], 20)
+    on_b = await reader(b, since=before)
+    assert on_b.changes() == []  # nothing to replay: the client's state is b's
+    event([b], cr("a", "y", "code", rv=21))
+    await on_b.settle()
+    assert on_b.changes() == [("ADDED", "code")]
+    # Where something did move before the start, the replica cannot tell what: 410.
+    for moved in (
+        [cr("a", "x", "chat", rv=12, priority=3)],  # changed
+        [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=11)],  # one more
+        [],  # deleted
+    ):
+        c = make_feed()
+        listed([c], moved, 20)
+        with pytest.raises(Expired, match="older"):
+            c.open("summary", None, before)
+    await on_a.stop()
+    await on_b.stop()
+
+
+async def test_a_revision_given_between_a_relists_turns_stands_before_the_whole_relist(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slo_api import index as index_module
+
+    monkeypatch.setattr(index_module, "REPLACE_TURN", 2)
+    a, b = make_feed(), make_feed()
+    listed([a, b], [cr("a", f"n{i}", f"r{i}", rv=5) for i in range(6)], 5)
+    on_a = await reader(a)
+    relisted = [cr("a", f"n{i}", f"r{i}", rv=9, priority=i + 1) for i in range(6)]
+    for feed in (a, b):
+        feed.index.reached(LLM, GROUP, None, "9")
+    relist = asyncio.create_task(a.index.replace_in_turns(LLM, relisted, GROUP))
+    await asyncio.sleep(0)  # a has applied a turn of it, not all
+    assert a.index.replacing
+    cut_at = a.revision(a.head)
+    await relist
+    b.index.replace(LLM, relisted, GROUP)
+    on_b = await reader(b, since=cut_at)
+    assert sorted(on_b.changes()) == [("MODIFIED", f"r{i}") for i in range(6)]
+    await on_a.settle()
+    assert on_a.stream.ended is None  # a caught-up stream stays open through the relist
+    assert len(on_a.changes()) == 6 + 6
+    await on_a.stop()
+    await on_b.stop()

@@ -1,7 +1,8 @@
 """The read caches: per-route rendered values in the index and built /config pages.
 
 Every way a CR enters or leaves the index (upsert, write-through, delete, relist, clear) must
-drop what was rendered from it, or /config would serve stale lines.
+drop what was rendered from it, or /config would serve stale lines; and every change a page
+may show must move the change log the pages are kept by.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slo_api.feed.history import ChangeLog
 from slo_api.index import CRIndex
 from slo_api.kinds import build_kinds
 from slo_api.service import Service
 from slo_api.settings import Settings
+from slo_api.visible import VisiblePages
 
 Obj = dict[str, Any]
 LLM, JOB, POOL = "llmslorequirements", "jobslorequirements", "modelpools"
@@ -25,6 +28,21 @@ LLM, JOB, POOL = "llmslorequirements", "jobslorequirements", "modelpools"
 def make_service() -> Service:
     kinds = build_kinds(Settings(slo_api_token="unit-write-token"))
     return Service(None, kinds, Service.index_for(kinds))  # type: ignore[arg-type]
+
+
+class Reader:
+    """What serves GET /config: the service, and pages kept by the change log (as wired in
+    the runtime, the log following the summary view from the start)."""
+
+    def __init__(self) -> None:
+        self.service = make_service()
+        self.index = self.service.index
+        self.log = ChangeLog(self.service, 1 << 20)
+        self.log.follow("summary")
+        self.pages = VisiblePages(self.service, self.index, self.log)
+
+    def page(self, page: int, size: int, kind: str | None, full: bool = False) -> tuple[bytes, str]:
+        return self.pages.page(None, page, size, kind, full)
 
 
 def cr(ns: str, name: str, route: str, *, rv: int = 1, uid: str | None = None, **spec: Any) -> Obj:
@@ -149,8 +167,9 @@ def test_pool_changes_forget_the_member_routes() -> None:
     assert seen == ["chat"] * 4
 
 
-def old_page(service: Service, page: int, size: int, kind: str | None, full: bool) -> bytes:
+def old_page(reader: Reader, page: int, size: int, kind: str | None, full: bool) -> bytes:
     """What GET /config sent before the caches: the reference the cached bytes must equal."""
+    service = reader.service
     routes = service.index.routes(kind)
     start = (page - 1) * size
     render = service.full if full else service.summary
@@ -158,8 +177,8 @@ def old_page(service: Service, page: int, size: int, kind: str | None, full: boo
     return orjson.dumps({"items": items, "total": len(routes), "page": page, "pageSize": size})
 
 
-def filled() -> Service:
-    service = make_service()
+def filled() -> Reader:
+    service = Reader()
     index = service.index
     for n in range(30):
         index.upsert(LLM, cr("ns", f"l{n}", f"r{n:02d}", priority=n % 11))
@@ -230,7 +249,7 @@ operation = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(operation, max_size=20))
 def test_cached_pages_always_equal_freshly_built_ones(ops: list[tuple[Any, ...]]) -> None:
-    service = make_service()
+    service = Reader()
     index = service.index
     for rv, op in enumerate(ops, 1):
         if op[0] == "upsert":
@@ -254,7 +273,7 @@ def test_cached_lines_hold_only_their_own_bytes() -> None:
     encoder's working buffer (orjson's output keeps a 4 KiB allocation)."""
     import tracemalloc
 
-    svc = make_service()
+    svc = Reader()
     routes = 2000
     for i in range(routes):
         svc.index.upsert(LLM, cr("ns", f"cr-{i}", f"route-{i:05d}"))
@@ -267,6 +286,8 @@ def test_cached_lines_hold_only_their_own_bytes() -> None:
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    line = len(svc._summary_json("route-00001")) + len(svc._full_json("route-00001"))
+    line = len(svc.service._summary_json("route-00001")) + len(
+        svc.service._full_json("route-00001")
+    )
     # Two lines per route plus the built pages and their cache entries.
     assert held < routes * (3 * line + 400), (held, line)

@@ -3,6 +3,7 @@ not rolled back (and `/config` and the change stream do not flap)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from slo_api.index import CRIndex, IndexedKind
@@ -68,3 +69,39 @@ def test_a_relist_still_drops_what_it_does_not_list() -> None:
     index.write_through(LLM, cr("a", "30", "a-patched"))
     index.replace(LLM, [])
     assert routes_of(index) == {}
+
+
+async def test_a_relist_in_turns_leaves_every_turn_consistent_and_ends_as_one_replace() -> None:
+    from slo_api import index as index_module
+
+    many = 3 * index_module.REPLACE_TURN + 5
+    index = make_index()
+    index.reached(LLM, GROUP, None, "1")
+    index.replace(LLM, [cr(f"c{i}", "1", f"old{i % 7}") for i in range(many)], GROUP)
+    told: list[set[str]] = []
+    index.subscribe(told.append)
+    listed = [cr(f"c{i}", "2", f"r{i:05d}") for i in range(1, many)]  # c0 vanished
+    turns = 0
+
+    async def watch() -> None:
+        nonlocal turns
+        source = (LLM, GROUP, "")
+        while index.replacing:
+            turns += 1
+            # Between turns: route lists and claims agree (a page never shows a route with
+            # no CR), and the relist is marked as not done yet.
+            assert all(index.claims(route) for route in index.routes())
+            assert index.replacing == {source: 2}
+            await asyncio.sleep(0)
+
+    index.reached(LLM, GROUP, None, "2")
+    relist = asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP))
+    await asyncio.sleep(0)  # its first turn
+    await watch()
+    await relist
+    assert turns >= 3
+    assert index.replacing == {}
+    assert index.routes() == [f"r{i:05d}" for i in range(1, many)]
+    assert index.get(LLM, "ns", "c0") is None
+    assert len(told) >= 4  # told turn by turn
+    assert index.counts[(LLM, GROUP, "")] == many - 1

@@ -1,0 +1,64 @@
+"""The /config pages kept by the change log: built once per change, never stale."""
+
+from __future__ import annotations
+
+from slo_api.feed.history import ChangeLog
+from slo_api.visible import VisiblePages
+from tests.unit.test_index_cache import LLM, cr, make_service, pool
+
+NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
+
+
+def make_pages() -> tuple[VisiblePages, ChangeLog]:
+    service = make_service()
+    log = ChangeLog(service, 1 << 20)
+    log.follow("summary")
+    return VisiblePages(service, service.index, log), log
+
+
+def test_a_page_is_rebuilt_only_when_the_change_log_moves() -> None:
+    pages, log = make_pages()
+    index = pages.index
+    index.upsert(LLM, cr("ns", "a", "a"))
+    first = pages.page(None, 1, 10, None, False)
+    assert pages.page(None, 1, 10, None, False) is first
+    seq = log.seq
+    index.upsert(LLM, cr("ns", "a", "a", rv=2))  # a new version, the same /config item
+    assert log.seq == seq
+    assert pages.page(None, 1, 10, None, False) is first
+    index.upsert(LLM, cr("ns", "a", "a", rv=3, priority=10))
+    assert log.seq > seq
+    second = pages.page(None, 1, 10, None, False)
+    assert second[1] != first[1]
+    assert b'"priority":10' in second[0]
+
+
+def test_a_change_only_the_full_view_shows_moves_its_pages() -> None:
+    # The log follows the full view from its first page on: a pool's phase is in a member's
+    # full item only, and its change must reach a full page kept from before it.
+    pages, _ = make_pages()
+    index = pages.index
+    index.upsert(LLM, cr("ns", "chat", "chat"))
+    index.upsert("modelpools", pool("ns", "slot", ["chat"], phase="Ready"))
+    before = pages.page(None, 1, 10, "llm", True)
+    summary = pages.page(None, 1, 10, "llm", False)
+    index.upsert("modelpools", pool("ns", "slot", ["chat"], rv=2, phase="Swapping"))
+    assert pages.page(None, 1, 10, "llm", False)[1] == summary[1]  # same content, same ETag
+    after = pages.page(None, 1, 10, "llm", True)
+    assert after[1] != before[1]
+    assert b'"phase":"Swapping"' in after[0]
+
+
+def test_a_copy_moving_to_another_api_group_moves_what_access_is_asked_about() -> None:
+    # The same bytes in every view, but the caller's `list` is now asked of the other group.
+    pages, log = make_pages()
+    index = pages.index
+    old = {**cr("ns", "chat", "chat"), "apiVersion": f"{OLD}/v1alpha1"}
+    index.upsert(LLM, old)
+    assert pages.held()["llm"] == {"ns": frozenset({OLD})}
+    seq = log.seq
+    new = {**cr("ns", "chat", "chat"), "apiVersion": f"{NEW}/v1alpha1"}
+    new["metadata"] = {**new["metadata"], "uid": "uid-new"}
+    index.upsert(LLM, new)
+    assert log.seq > seq
+    assert pages.held()["llm"] == {"ns": frozenset({NEW})}
