@@ -511,22 +511,22 @@ more in a fresh interpreter; "adds" is that library's own share):
 What limits the goals marked **no**:
 
 - **GET /routes/{{route}}** reads the CR fresh from the API server on every request (the
-  contract: a read after another replica's write sees it). Measured in-process on uvloop, an
-  upstream GET costs about 1.4 ms through slo-api's client stack, of which kubernetes_asyncio's
-  request wrapper is about 0.08 ms: the rest is aiohttp itself (httpx, 2.1 ms, and httpcore,
-  1.8 ms, were slower). So going around the wrapper cannot close the gap to 1.5x; serving the
-  read from the index would, at the price of reads that may lag a write made elsewhere.
-  A py-spy profile of the process under this load (`py-spy record -r 250`, 1 and 16 clients)
-  puts about a third of slo-api's samples in socket writes (the GET to the API server over TLS,
-  the answer to the client: on two shared cores a write wakes the reader, which runs on the
-  writer's time), about 30% in aiohttp's client request path, 12% in FastAPI's dependency
-  resolution and most of the rest in the dozen ASGI layers of FastAPI and Starlette; slo-api's
-  own work (resolving the name, projecting, one orjson encode, no model validation on the way
-  out) is under 5%. What the profile showed slo-api doing needlessly is gone (the generated
-  client method's argument checks, a tenth of the CPU per GET; a UUID object per request id;
-  the body-limit wrapper on bodiless requests; metric label look-ups per request). At 16
-  clients the ratio is CPU: each GET through slo-api costs the API server's GET plus a second
-  Python HTTP hop on the same two cores.
+  contract: a read after another replica's write sees it), so it costs the API server's GET plus
+  a second HTTP hop in Python on the same two cores. slo-api's own share is trimmed: requests
+  without a query string skip FastAPI's dependency solver (a lean twin of the endpoint), FastAPI's
+  native telemetry is off, the CR's GET goes straight onto the Kubernetes client's aiohttp
+  session, and nothing validates or re-encodes the answer (one orjson encode of the projection).
+  Served in-process with no API server, a GET went from about 180 to 75 microseconds. A py-spy
+  profile of what is left (`py-spy record -r 250` on the running process, 200 routes, load
+  average 9-10 on the two cores): at 1 client, 30% of slo-api's samples are in aiohttp's write of
+  the request to the API server, 13% in uvicorn's writes of the answer (the headers and the body
+  are two writes) and 21% in the event loop itself; a write on loopback wakes the reader, and on
+  two busy cores the woken API server or client runs on the writer's time, so the write is where
+  slo-api waits for a core. At 16 clients: writes 31% (17% to the clients, 14% to the API
+  server), the rest of aiohttp's request path 15%, FastAPI's and Starlette's layers and route
+  matching about 10%, the loop 8%, slo-api's own work (resolving, authorizing, projecting,
+  encoding) about 5%. What stands in the way is the hop itself: serving the read from the
+  index would remove it, at the price of reads that may lag a write made elsewhere.
 The change-stream rows depend on `WATCH_FLUSH_SECONDS` (0.1 s): slo-api is one event loop, and
 each flush writes to every open stream through the ASGI `send` chain (each batch is framed once
 and shared; the write itself, a task wake and uvicorn's chunked-encoding copy are per stream).
