@@ -32,6 +32,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from slo_api import tracing
 
 Obj = dict[str, Any]
+# No timer of aiohttp's own for a call `_send` makes: `Kube._timed` bounds the whole call, the
+# answer's body read included, with the upstream timeout.
+_BOUNDED_BY_CALL = aiohttp.ClientTimeout()
 Observer = Callable[[str, str, float], None]
 
 
@@ -176,7 +179,6 @@ class Kube:
         self._events = client.EventsV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
         self.timeout = timeout
-        self._client_timeout = aiohttp.ClientTimeout(total=timeout)
         self._observe = observe or (lambda verb, code, seconds: None)
 
     @classmethod
@@ -352,10 +354,8 @@ class Kube:
             options["proxy_headers"] = rest.proxy_headers
         if rest.server_hostname:
             options["server_hostname"] = rest.server_hostname
-        if self._client_timeout.total != self.timeout:
-            self._client_timeout = aiohttp.ClientTimeout(total=self.timeout)
         response: aiohttp.ClientResponse = await rest.pool_manager.request(
-            method, url, headers=sent, data=body, timeout=self._client_timeout, **options
+            method, url, headers=sent, data=body, timeout=_BOUNDED_BY_CALL, **options
         )
         return response
 
