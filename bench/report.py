@@ -520,9 +520,10 @@ What limits the goals marked **no**:
   profile of what is left (`py-spy record -r 250` on the running process, 200 routes, load
   average 9-10 on the two cores): at 1 client, 30% of slo-api's samples are in aiohttp's write of
   the request to the API server, 13% in uvicorn's writes of the answer (the headers and the body
-  are two writes) and 21% in the event loop itself; a write on loopback wakes the reader, and on
-  two busy cores the woken API server or client runs on the writer's time, so the write is where
-  slo-api waits for a core. At 16 clients: writes 31% (17% to the clients, 14% to the API
+  are two calls) and 21% in the event loop itself. A write of a few hundred bytes should cost
+  microseconds: our reading is that a write on loopback wakes its reader, and on two busy cores
+  the woken API server or client runs on the writer's time (py-spy counts a thread waiting for
+  a core as busy), so the writes are where slo-api waits for a core. At 16 clients: writes 31% (17% to the clients, 14% to the API
   server), the rest of aiohttp's request path 15%, FastAPI's and Starlette's layers and route
   matching about 10%, the loop 8%, slo-api's own work (resolving, authorizing, projecting,
   encoding) about 5%. What stands in the way is the hop itself: serving the read from the
