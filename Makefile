@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv lock image podman test-tools controlplane chromium test lint unit integration browser screenshot cluster demo openapi bench soak clean
+.PHONY: venv lock image podman test-tools controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
 
 venv: $(STAMP)
 
@@ -95,6 +95,10 @@ demo: venv controlplane
 
 openapi: venv
 	$(PY) -m slo_api.openapi openapi.yaml
+
+# The settings table in docs/operating.md, from the Settings fields' descriptions.
+docs: venv
+	$(PY) -m release.docs
 
 # A longer bounded soak against the real control plane; prints its figures as JSON.
 soak: venv controlplane

@@ -513,21 +513,21 @@ What limits the goals marked **no**:
 - **GET /routes/{{route}}** reads the CR fresh from the API server on every request (the
   contract: a read after another replica's write sees it), so it costs the API server's GET plus
   a second HTTP hop in Python on the same two cores. slo-api's own share is trimmed: requests
-  without a query string skip FastAPI's dependency solver (a lean twin of the endpoint), FastAPI's
-  native telemetry is off, the CR's GET goes straight onto the Kubernetes client's aiohttp
-  session, and nothing validates or re-encodes the answer (one orjson encode of the projection).
-  Served in-process with no API server, a GET went from about 180 to 75 microseconds. A py-spy
-  profile of what is left (`py-spy record -r 250` on the running process, 200 routes, load
-  average 9-10 on the two cores): at 1 client, 30% of slo-api's samples are in aiohttp's write of
-  the request to the API server, 13% in uvicorn's writes of the answer (the headers and the body
-  are two calls) and 21% in the event loop itself. A write of a few hundred bytes should cost
-  microseconds: our reading is that a write on loopback wakes its reader, and on two busy cores
-  the woken API server or client runs on the writer's time (py-spy counts a thread waiting for
-  a core as busy), so the writes are where slo-api waits for a core. At 16 clients: writes 31% (17% to the clients, 14% to the API
-  server), the rest of aiohttp's request path 15%, FastAPI's and Starlette's layers and route
-  matching about 10%, the loop 8%, slo-api's own work (resolving, authorizing, projecting,
-  encoding) about 5%. What stands in the way is the hop itself: serving the read from the
-  index would remove it, at the price of reads that may lag a write made elsewhere.
+  without a query string skip FastAPI's dependency solver (a lean twin of the endpoint),
+  FastAPI's native telemetry is off, and nothing validates or re-encodes the answer (one orjson
+  encode of the projection). Served in-process with no API server, a GET went from about 180 to
+  75 microseconds. A py-spy profile of what is left (`py-spy record -r 250` on the running
+  process, 200 routes, load average 9-10 on the two cores): at 1 client, 30% of slo-api's
+  samples are in aiohttp's write of the request to the API server, 13% in uvicorn's writes of
+  the answer (the headers and the body are two calls) and 21% in the event loop itself. A write
+  of a few hundred bytes should cost microseconds: our reading is that a write on loopback wakes
+  its reader, and on two busy cores the woken API server or client runs on the writer's time
+  (py-spy counts a thread waiting for a core as busy), so the writes are where slo-api waits for
+  a core. At 16 clients: writes 31% (17% to the clients, 14% to the API server), the rest of
+  aiohttp's request path 15%, FastAPI's and Starlette's layers and route matching about 10%, the
+  loop 8%, slo-api's own work (resolving, authorizing, projecting, encoding) about 5%. What
+  stands in the way is the hop itself: serving the read from the index would remove it, at the
+  price of reads that may lag a write made elsewhere.
 - **PUT /routes/{{route}}** takes the same lean path (served in-process with no API server, from
   about 350 to 160 microseconds). Beside the merge patch, a write through slo-api also has an
   Event written and the change recorded in the route's history (a ConfigMap read and write; a

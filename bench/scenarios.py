@@ -511,19 +511,12 @@ def watch_apply(events: int = 200_000, population: int = 50_000) -> dict[str, An
     from slo_api.metrics import Metrics
     from slo_api.service import Service
     from slo_api.settings import Settings as AppSettings
-    from slo_api.watching import Informer
+    from slo_api.watching import Informer, Loops
 
     kinds = build_kinds(AppSettings(slo_api_token="unused-unused-unused"))  # noqa: S106
     index = Service.index_for(kinds)
-    informer = Informer(
-        None,  # type: ignore[arg-type]  # never used: no list, no watch
-        kinds[0],
-        index,
-        Metrics(),
-        crd_recheck_seconds=60,
-        watch_timeout_seconds=300,
-        inactivity_seconds=90,
-    )
+    # No kube: never used (no list, no watch).
+    informer = Informer(Loops(None, index, Metrics()), kinds[0])  # type: ignore[arg-type]
 
     def obj(i: int, rv: int) -> dict[str, Any]:
         o = populate.llm(i)

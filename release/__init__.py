@@ -1,1 +1,2 @@
-"""Release tooling: the dependency locks (`make lock`) and the container image (`make image`)."""
+"""Release tooling: the dependency locks (`make lock`), the container image (`make image`) and
+the generated settings table in docs/operating.md (`make docs`)."""

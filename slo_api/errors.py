@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # Every error code with its HTTP status: the one list (the OpenAPI document names them from
@@ -28,10 +29,17 @@ ERRORS: dict[str, int] = {
 CODES: dict[int, str] = {}
 for _code, _status in ERRORS.items():
     CODES.setdefault(_status, _code)
+# The codes of the ERROR line that ends a change stream: the caller's access lost (as a request
+# would be answered), what it may list changed (watch again without `since`), or the stream fell
+# further behind than the history keeps.
+STREAM_ERRORS: tuple[str, ...] = ("unauthorized", "forbidden", "expired", "too_slow")
 
 
 class ApiError(Exception):
-    """An error answered to the client as `{"error": {...}}` with its HTTP status."""
+    """An error answered to the client as `{"error": {...}}` with its HTTP status.
+
+    Its code is the first of its status in ERRORS unless `code` names another of them.
+    """
 
     def __init__(
         self,
@@ -44,6 +52,8 @@ class ApiError(Exception):
         code: str | None = None,
     ) -> None:
         super().__init__(message)
+        if code is not None and code not in ERRORS:
+            raise ValueError(f"{code!r} is not an error code of ERRORS")
         self.status = status
         self.code = code or CODES.get(status, "error")
         self.message = message
@@ -64,3 +74,35 @@ def invalid(
     message: str, field: str | None = None, causes: list[dict[str, str]] | None = None
 ) -> ApiError:
     return ApiError(400, message, field=field, causes=causes)
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    """`("ttft", "default", "metrics", 0, "threshold")` -> `ttft.default.metrics[0].threshold`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def invalid_fields(errors: Iterable[Mapping[str, Any]], holder: str) -> ApiError:
+    """A 400 with one cause per pydantic error (a body's or a request's); `holder` names what
+    the fields are fields of, for an unknown one (`llm routes`)."""
+    causes = []
+    for error in errors:
+        # Pydantic names the validators of a union's members in `loc` (`function-after[...]`):
+        # not fields the client sent.
+        loc = [p for p in error.get("loc", ()) if not (isinstance(p, str) and "[" in p)]
+        field = field_path(loc)
+        if error.get("type") == "extra_forbidden":
+            message = f"{field} is not a field of {holder}"
+        elif error.get("type") == "missing":
+            message = f"{field} is required"
+        else:
+            message = f"{field}: {error.get('msg')}"
+        causes.append({"field": field, "message": message})
+    if not causes:
+        return invalid("invalid request")
+    return invalid(causes[0]["message"], field=causes[0]["field"] or None, causes=causes)

@@ -19,14 +19,17 @@ import socket
 import time
 import uuid
 
+from slo_api.bounded import BoundedDict
 from slo_api.kinds.base import Obj
-from slo_api.kube import Kube, KubeError
+from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
 from slo_api.service import Target
 
 log = logging.getLogger("slo_api.events")
 
 CONTROLLER = "slo-api"
+# What to check when the API server refuses slo-api an Event.
+ROLE = "that it may create events.k8s.io events (ClusterRole slo-api:events)"
 MAX_PENDING = 256
 # Events sent at once: they share the API client's connection pool with the watches and the
 # writes, which must never queue behind them.
@@ -69,7 +72,7 @@ class EventRecorder:
         self._pending: set[asyncio.Task[None]] = set()
         self._sending = asyncio.Semaphore(MAX_SENDING)
         # Per CR (namespace, name): (Events left, when last refilled, writes not recorded).
-        self._budgets: dict[tuple[str, str], tuple[float, float, int]] = {}
+        self._budgets: BoundedDict[tuple[str, str], tuple[float, float, int]] = BoundedDict(BUDGETS)
         self._counts = {
             r: metrics.events.labels(r) for r in ("recorded", "failed", "dropped", "suppressed")
         }
@@ -99,8 +102,6 @@ class EventRecorder:
         now = time.monotonic()
         left, since, unrecorded = self._budgets.pop(key, (float(self.burst), now, 0))
         left = min(float(self.burst), left + (now - since) / self.refill_seconds)
-        if len(self._budgets) >= BUDGETS:
-            del self._budgets[next(iter(self._budgets))]
         if left < 1:
             self._budgets[key] = (left, now, unrecorded + 1)
             return None
@@ -159,7 +160,7 @@ class EventRecorder:
                 await self.kube.create_event(event["metadata"]["namespace"], event)
         except KubeError as exc:
             self._counts["failed"].inc()
-            log.warning("Event %s not recorded: %s", reason, exc)
+            log_failure(log, exc, f"recording the Event {reason}", ROLE)
         except Exception:
             self._counts["failed"].inc()
             log.exception("Event %s not recorded", reason)

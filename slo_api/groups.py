@@ -17,16 +17,13 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from slo_api.index import CRIndex
 from slo_api.kinds.base import Kind
-from slo_api.kube import Kube, KubeError
-from slo_api.metrics import KindState, Metrics
-from slo_api.recovery import Backoff, Recovery, supervise
-from slo_api.watching import Informer
+from slo_api.kube import KubeError, log_failure
+from slo_api.metrics import KindState
+from slo_api.recovery import Backoff, Recovery, stop_tasks, supervise
+from slo_api.watching import Informer, Loops
 
 log = logging.getLogger("slo_api.watch")
-
-STOP_RECANCEL_SECONDS = 1.0
 
 
 class KindWatch:
@@ -34,25 +31,16 @@ class KindWatch:
 
     def __init__(
         self,
-        kube: Kube,
+        loops: Loops,
         kind: Kind,
-        index: CRIndex,
-        metrics: Metrics,
         *,
-        crd_recheck_seconds: float,
-        watch_timeout_seconds: int,
-        inactivity_seconds: float,
         namespaces: tuple[str, ...] = (),
         label_selector: str = "",
         recovery: Recovery | None = None,
     ) -> None:
-        self.kube = kube
+        self.loops = loops
+        self.kube, self.index, self.metrics = loops.kube, loops.index, loops.metrics
         self.kind = kind
-        self.index = index
-        self.metrics = metrics
-        self.crd_recheck_seconds = crd_recheck_seconds
-        self.watch_timeout_seconds = watch_timeout_seconds
-        self.inactivity_seconds = inactivity_seconds
         # Where each served group is watched: the listed namespaces, or (None) all of them.
         self.namespaces: tuple[str | None, ...] = namespaces or (None,)
         self.label_selector = label_selector
@@ -165,13 +153,12 @@ class KindWatch:
                 except KubeError as exc:
                     self.discovery_ok = False
                     delay = exc.retry_after or self.backoff.next()
-                    level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
-                    log.log(
-                        level,
-                        "%s: discovery of its API groups failed (%s); retrying in %.1fs",
-                        self.kind.resource.plural,
+                    log_failure(
+                        log,
                         exc,
-                        delay,
+                        f"the discovery of the API groups of {self.kind.resource.plural}",
+                        "its credentials and roles",
+                        f"; retrying in {delay:.1f}s",
                     )
                     await self._pause(delay)
                     continue
@@ -189,7 +176,7 @@ class KindWatch:
                     await self._pause(delay)
                     continue
                 self.backoff.reset()
-                await asyncio.sleep(self.crd_recheck_seconds)
+                await asyncio.sleep(self.loops.crd_recheck_seconds)
         finally:
             await self._stop(self.kind.groups)
 
@@ -239,13 +226,8 @@ class KindWatch:
 
     def _start(self, group: str, namespace: str | None) -> None:
         informer = Informer(
-            self.kube,
+            self.loops,
             self.kind,
-            self.index,
-            self.metrics,
-            crd_recheck_seconds=self.crd_recheck_seconds,
-            watch_timeout_seconds=self.watch_timeout_seconds,
-            inactivity_seconds=self.inactivity_seconds,
             resource=self.kind.resources[group],
             namespace=namespace,
             label_selector=self.label_selector,
@@ -272,19 +254,10 @@ class KindWatch:
     async def _stop(self, groups: Iterable[str]) -> None:
         """Stop the groups' informers and drop their CRs from the index."""
         keys = [key for key in self._tasks if key[0] in groups]
-        pending = {self._tasks.pop(key) for key in keys}
-        cancelled = False
-        while pending:
-            for task in pending:
-                # Again on every round: a cancellation can be lost (see Runtime.stop).
-                task.cancel()
-            try:
-                _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
-            except asyncio.CancelledError:
-                cancelled = True  # stopping ourselves: finish stopping the children first
-        for key in keys:
-            self.informers.pop(key, None)
-        for group in {group for group, _ in keys}:
-            self.index.clear(self.kind.resource.plural, group)
-        if cancelled:
-            raise asyncio.CancelledError
+        try:
+            await stop_tasks([self._tasks.pop(key) for key in keys])
+        finally:
+            for key in keys:
+                self.informers.pop(key, None)
+            for group in {group for group, _ in keys}:
+                self.index.clear(self.kind.resource.plural, group)

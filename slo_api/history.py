@@ -28,24 +28,27 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from slo_api.errors import ApiError
+from slo_api.bounded import BoundedDict
+from slo_api.index import resource_version, rv_number, uid_of
 from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError, KubeTimeout
+from slo_api.kube import Kube, KubeError, log_failure
 from slo_api.metrics import Metrics
 from slo_api.service import Target
+from slo_api.upstream import failure
 
 log = logging.getLogger("slo_api.history")
 
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
 STORE_ATTEMPTS = 5
+# What to check when the API server refuses slo-api the history's ConfigMaps.
+ROLE = "that it may get, create and update configmaps (ClusterRole slo-api:history)"
 LABEL = "slo-api.modelsphere.dev/history-of"
 MAX_NAME = 253
 # Who made the most recent changes seen by the informers, by resourceVersion: what the change
@@ -159,7 +162,7 @@ def _owner(obj: Obj, api_version: str) -> Obj:
         "apiVersion": api_version,
         "kind": str(obj.get("kind", "")),
         "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
+        "uid": uid_of(obj) or "",
     }
 
 
@@ -183,22 +186,6 @@ def _owned_by(cm: Obj, uid: str) -> bool:
     return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
 
 
-def _read_error(exc: KubeError) -> ApiError:
-    """What a caller is told when the history cannot be read (never the ConfigMap's name)."""
-    if isinstance(exc, KubeTimeout):
-        return ApiError(504, "the Kubernetes API server did not answer in time")
-    if exc.status in (401, 403):
-        log.error(
-            "RBAC: the API server refused slo-api reading a route's history (%s %s); check "
-            "it may get, create and update configmaps (ClusterRole slo-api:history)",
-            exc.status,
-            exc.reason,
-        )
-    return ApiError(
-        502, "the Kubernetes API server failed reading the history", code="upstream_error"
-    )
-
-
 class History:
     def __init__(
         self, kube: Kube, kinds: list[Kind], limit: int, metrics: Metrics | None = None
@@ -210,7 +197,7 @@ class History:
         # Per ConfigMap: entries waiting to be stored, and the one task storing them.
         self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._by: OrderedDict[int, Obj] = OrderedDict()
+        self._by: BoundedDict[int, Obj] = BoundedDict(BY_KEPT)
         # Writes under way through this replica, by CR: their informer event may be stored
         # before their result, outside the request (then who made it is known from here).
         self._writing: dict[tuple[str, str, str], tuple[str, str | None]] = {}
@@ -243,17 +230,15 @@ class History:
 
     def _seen(self, plural: str, obj: Obj, manager: str) -> None:
         meta = obj.get("metadata") or {}
-        rv = str(meta.get("resourceVersion", ""))
-        if not rv.isdigit():
+        rv = rv_number(obj)
+        if rv is None:
             return
         actor, request_id = None if manager == SELF else manager, None
         if manager == SELF:
             mine = self._writing.get((plural, str(meta.get("namespace")), str(meta.get("name"))))
             if mine is not None:
                 actor, request_id = mine
-        self._by[int(rv)] = {"actor": actor, "via": manager, "requestId": request_id}
-        if len(self._by) > BY_KEPT:
-            self._by.popitem(last=False)
+        self._by[rv] = {"actor": actor, "via": manager, "requestId": request_id}
 
     # -- recording -------------------------------------------------------------------------
 
@@ -297,9 +282,8 @@ class History:
         changes: list[Obj],
         when: str,
     ) -> Obj:
-        rv = str((after.get("metadata") or {}).get("resourceVersion", ""))
         return {
-            "id": rv,
+            "id": resource_version(after),
             "time": when,
             "actor": actor,
             "via": via,
@@ -333,6 +317,11 @@ class History:
                         entries = [entry for _, _, entry in batch[start:end]]
                         try:
                             await self._store(key, owner, kind, entries)
+                        except KubeError as exc:
+                            self._count("failed", len(entries))
+                            log_failure(
+                                log, exc, "storing history entries in {}/{}".format(*key), ROLE
+                            )
                         except Exception:
                             self._count("failed", len(entries))
                             log.exception("history entries could not be stored in %s/%s", *key)
@@ -410,7 +399,7 @@ class History:
         except KubeError as exc:
             if exc.status == 404:
                 return []
-            raise _read_error(exc) from None
+            raise failure(exc, "reading a route's history", ROLE) from None
         if not _owned_by(cm, target.uid):
             return []
         return sorted(_entries(cm), key=_order, reverse=True)

@@ -51,9 +51,23 @@ class IndexedKind:
         return (self.groups.index(group) if group in self.groups else len(self.groups), group)
 
 
-def _rv(obj: Obj) -> int | None:
-    value = obj.get("metadata", {}).get("resourceVersion", "")
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+def resource_version(obj: Obj) -> str:
+    """`metadata.resourceVersion` as the API server sent it ("" when absent): what an ETag
+    quotes and a conditional patch carries."""
+    value = (obj.get("metadata") or {}).get("resourceVersion", "")
+    return value if isinstance(value, str) else str(value)
+
+
+def uid_of(obj: Obj) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else None
+
+
+def rv_number(obj: Obj) -> int | None:
+    """The resourceVersion as a number, to tell which of two copies of a CR is newer; None
+    when it is not one (the API server promises only an opaque string)."""
+    value = resource_version(obj)
+    return int(value) if value.isdigit() else None
 
 
 def _newer(held: Entry, listed: Entry) -> bool:
@@ -65,11 +79,6 @@ def _newer(held: Entry, listed: Entry) -> bool:
         and listed.rv is not None
         and held.rv > listed.rv
     )
-
-
-def _uid(obj: Obj) -> str | None:
-    uid = obj.get("metadata", {}).get("uid")
-    return uid if isinstance(uid, str) else None
 
 
 def _name(obj: Obj) -> Name:
@@ -345,14 +354,12 @@ class CRIndex:
         """The compact form in which the index keeps `obj` (trimmed: see __init__)."""
         kind = self.kinds[plural]
         obj = self._trim(obj)
-        meta = obj.get("metadata") or {}
-        uid = meta.get("uid")
         return Entry(
             _name(obj),
             exact(orjson.dumps(obj)),
             group_of(obj) if group is None else group,
-            uid if isinstance(uid, str) else None,
-            _rv(obj),
+            uid_of(obj),
+            rv_number(obj),
             kind.route_of(obj),
             tuple(kind.members_of(obj)) if kind.members_of is not None else (),
         )
@@ -362,18 +369,18 @@ class CRIndex:
         group = group_of(obj) if group is None else group
         name = _name(obj)
         old = self._held(plural, name).get(group)
-        if old is not None and old.uid == _uid(obj):
-            new_rv = _rv(obj)
+        if old is not None and old.uid == uid_of(obj):
+            new_rv = rv_number(obj)
             if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
-        if old is not None and old.uid == _uid(obj):
+        if old is not None and old.uid == uid_of(obj):
             # Before the listeners hear of it: the change stream reads who made it.
             for observer in self._updated:
                 try:
                     observer(plural, old.obj, obj)
                 except Exception:
                     log.exception("index update observer failed")
-        self._caused(plural, group, name[0], _rv(obj))
+        self._caused(plural, group, name[0], rv_number(obj))
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
         return True
@@ -387,7 +394,7 @@ class CRIndex:
         """
         group = group_of(obj)
         old = self._held(plural, _name(obj)).get(group)
-        if old is None or old.uid != _uid(obj) or old.rv is None or _rv(obj) is None:
+        if old is None or old.uid != uid_of(obj) or old.rv is None or rv_number(obj) is None:
             return False
         return self.upsert(plural, obj, group)
 
@@ -395,10 +402,10 @@ class CRIndex:
         group = group_of(obj) if group is None else group
         name = _name(obj)
         old = self._held(plural, name).get(group)
-        uid = _uid(obj)
+        uid = uid_of(obj)
         if old is None or (uid is not None and old.uid != uid):
             return False
-        self._caused(plural, group, name[0], _rv(obj))
+        self._caused(plural, group, name[0], rv_number(obj))
         self._change(plural, name, {group: None})
         self._settle()
         return True

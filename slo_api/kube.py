@@ -3,13 +3,25 @@
 Everything else in slo-api talks to the API server through `Kube`, so this is the one module
 that knows kubernetes_asyncio's quirks: custom-object PATCH must be forced to merge-patch, it
 has no client timeout unless given one, and error bodies arrive as unparsed text.
+
+Every failure, of a call or of a streamed watch, leaves this module as one of:
+
+    KubeError          the API server answered with an error (`status`, its parsed `Status`)
+    ├── KubeTimeout    no answer within the upstream timeout, or a watch gone silent
+    └── KubeUnavailable  no connection (refused, reset, DNS, TLS)
+
+`_mapped` is the one table from kubernetes_asyncio's and aiohttp's exceptions to these,
+wrapped around every request and around the reading of every watch stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
+import re
 import time
 import urllib.request
 from collections.abc import (
@@ -17,12 +29,12 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -32,10 +44,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from slo_api import tracing
 
 Obj = dict[str, Any]
-# No timer of aiohttp's own for a call `_send` makes: `Kube._timed` bounds the whole call, the
-# answer's body read included, with the upstream timeout.
-_BOUNDED_BY_CALL = aiohttp.ClientTimeout()
 Observer = Callable[[str, str, float], None]
+
+# What the API server writes when an admission policy or webhook, not RBAC, refused a request;
+# the match starts where the policy's own words start (after `<kind> "<name>" is forbidden: `).
+_ADMISSION = re.compile(
+    r"(?:Validating|Mutating)AdmissionPolicy '[^']*'.*?denied request.*"
+    r'|admission webhook "[^"]*" denied the request.*',
+    re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,26 @@ class KubeError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
+
+    @property
+    def denial(self) -> str | None:
+        """A cluster policy's (admission policy's or webhook's) refusal of this one request,
+        from where its own words start, whatever code it chose; None otherwise."""
+        if self.status not in (400, 403, 422):
+            return None
+        found = _ADMISSION.search(self.message)
+        return found.group() if found is not None else None
+
+    @property
+    def rbac(self) -> bool:
+        """The API server refused slo-api itself: its credentials (401) or its RBAC (403),
+        not a policy's denial of one change. Only an operator can fix that (`log_failure`)."""
+        return self.status in (401, 403) and self.denial is None
+
+    @property
+    def label(self) -> str:
+        """The `code` label of the upstream-call metrics."""
+        return str(self.status) if self.status else "error"
 
     @classmethod
     def from_body(cls, status: int, body: bytes | str | None, headers: Any = None) -> KubeError:
@@ -93,9 +130,48 @@ class KubeError(Exception):
 class KubeTimeout(KubeError):
     """The API server did not answer within the upstream timeout."""
 
+    @property
+    def label(self) -> str:
+        return "timeout"
+
 
 class KubeUnavailable(KubeError):
     """No connection to the API server (refused, reset, DNS, TLS)."""
+
+    @property
+    def label(self) -> str:
+        return "unavailable"
+
+
+@contextlib.contextmanager
+def _mapped(
+    timeout: str = "the API server did not answer in time",
+    broken: str = "cannot reach the API server",
+) -> Iterator[None]:
+    """The one mapping of the client's failures to KubeError, around a request or the reading
+    of a stream; `timeout` and `broken` say what failed, for the log lines."""
+    try:
+        yield
+    except ApiException as exc:
+        raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
+    except TimeoutError:
+        raise KubeTimeout(0, "Timeout", timeout) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise KubeUnavailable(0, "Unavailable", f"{broken}: {exc}") from None
+
+
+def log_failure(
+    logger: logging.Logger, exc: KubeError, what: str, check: str, then: str = ""
+) -> None:
+    """The one rule for logging a failed call: a refusal of slo-api itself (`rbac`), which
+    only an operator can fix, is an error that starts `RBAC:` and says what to `check`;
+    anything else a warning. `what` names the call, `then` what happens next."""
+    if exc.rbac:
+        logger.error(
+            "RBAC: the API server refused slo-api %s (%s); check %s%s", what, exc, check, then
+        )
+    else:
+        logger.warning("%s failed (%s)%s", what, exc, then)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -108,6 +184,11 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
+def _details_retry(details: Obj) -> float | None:
+    seconds = details.get("retryAfterSeconds")
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
 def _env_has_nothing_for_aiohttp() -> bool:
     """True when aiohttp's `trust_env` would find nothing: no proxy variables, no netrc file."""
     if any(k in ("http", "https", "ws", "wss") for k in urllib.request.getproxies()):
@@ -116,41 +197,42 @@ def _env_has_nothing_for_aiohttp() -> bool:
     return not os.path.exists(netrc)
 
 
-async def _json_body(call: Awaitable[Any]) -> Obj:
-    """Read a raw (`_preload_content=False`) response and parse it with orjson.
+# Reads a raw response into what a call returns (and raises a non-2xx one).
+Reader = Callable[[Any], Awaitable[Any]]
+
+
+async def _json_body(response: Any) -> Obj:
+    """A raw (`_preload_content=False`) response parsed with orjson; a non-2xx one raised.
 
     kubernetes_asyncio's own path decodes the bytes to text and runs `json.loads` and its
     deserializer over them; for a page of 500 CRs that was most of an initial list's time.
-    Non-2xx answers raise the same ApiException that kubernetes_asyncio would.
     """
-    response = await call
     try:
         body = await response.read()
     finally:
         response.release()
     tracing.note_response(response.status, response.headers)
     if not 200 <= response.status <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = body
-        error.headers = response.headers
-        raise error
+        raise KubeError.from_body(response.status, body, response.headers)
     result: Obj = orjson.loads(body)
     return result
 
 
-def _sending(headers: Mapping[str, str]) -> Obj:
-    """The generated methods' `_headers` argument (the stubs leave it out): extra headers for
-    one call, here the trace context."""
-    return {"_headers": headers}
-
-
-async def _answer(call: Awaitable[Any]) -> Any:
+async def _answer(response: Any) -> Any:
     """`_json_body`, with a 2xx answer that is not JSON raised as a KubeError like any other
     failed call (a review that cannot be read is no answer)."""
     try:
-        return await _json_body(call)
+        return await _json_body(response)
     except orjson.JSONDecodeError:
         raise KubeError(0, "InvalidResponse", "the answer is not JSON") from None
+
+
+async def _status_only(response: Any) -> int:
+    try:
+        await response.read()
+        return int(response.status)
+    finally:
+        response.release()
 
 
 def _review_status(result: Any) -> Obj:
@@ -163,21 +245,19 @@ def _review_status(result: Any) -> Obj:
     return status
 
 
-def _details_retry(details: Obj) -> float | None:
-    seconds = details.get("retryAfterSeconds")
-    return float(seconds) if isinstance(seconds, int | float) else None
-
-
 class Kube:
-    """A client of the three custom-resource kinds with a timeout on every call."""
+    """The seam: every request slo-api makes of the API server, through kubernetes_asyncio's
+    request layer, with plain dicts in and out.
+
+    Custom objects (list, watch, get, merge patch), discovery of an API group's resources,
+    TokenReviews and SubjectAccessReviews, Events, ConfigMaps (a route's history) and the
+    API server's readiness. Each request goes through `_request`: a timeout, a span when the
+    request is traced, the upstream metrics and the one mapping of failures (`_mapped`);
+    a watch's stream is read under the same mapping.
+    """
 
     def __init__(self, api_client: Any, timeout: float, observe: Observer | None = None) -> None:
         self._api_client = api_client
-        self._api = client.CustomObjectsApi(api_client)
-        self._authn = client.AuthenticationV1Api(api_client)
-        self._authz = client.AuthorizationV1Api(api_client)
-        self._events = client.EventsV1Api(api_client)
-        self._core = client.CoreV1Api(api_client)
         self.timeout = timeout
         self._observe = observe or (lambda verb, code, seconds: None)
 
@@ -204,42 +284,84 @@ class Kube:
     async def close(self) -> None:
         await self._api_client.close()
 
-    async def _call(
-        self, verb: str, resource: str, call: Callable[[Mapping[str, str]], Awaitable[Any]]
-    ) -> Any:
-        """One call, timed and counted; `call` is given the headers to send (a traceparent when
-        a sampled request is being traced, under a span of its own)."""
-        span, headers = tracing.upstream_span(verb, resource)
-        if span is None:
-            return await self._timed(verb, call(headers))
-        with span:
-            return await self._timed(verb, call(headers))
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | aiohttp.ClientTimeout | None = None,
+    ) -> Awaitable[Any]:
+        """One request through the client's request layer, answered raw: the generated
+        methods' argument checks were a tenth of slo-api's CPU per GET /routes in a profile,
+        and they know neither merge patches of custom objects nor sendInitialEvents."""
+        return self._api_client.call_api(  # type: ignore[no-any-return]
+            path,
+            method,
+            query_params=list(query),
+            header_params={"Accept": "application/json", **(headers or {})},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=self.timeout if timeout is None else timeout,
+        )
 
-    async def _timed(self, verb: str, coro: Awaitable[Any]) -> Any:
+    async def _request(
+        self,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str | None = None,
+        read: Reader = _json_body,
+        traced: bool = True,
+    ) -> Any:
+        """One request, timed, counted and (when `traced` and the request is sampled) under a
+        span of its own whose context it sends; failures raised as KubeError."""
+        span, headers = tracing.upstream_span(verb, resource) if traced else (None, {})
+        if content_type is not None:
+            headers = {**headers, "Content-Type": content_type}
+
+        async def call() -> Any:
+            return await read(
+                await self._send(method, path, query=query, body=body, headers=headers)
+            )
+
+        if span is None:
+            return await self._timed(verb, call())
+        with span:
+            return await self._timed(verb, call())
+
+    async def _timed(self, verb: str, call: Awaitable[Any]) -> Any:
         started = time.monotonic()
         code = "error"
         try:
-            # asyncio.timeout, not wait_for: the same TimeoutError, without a task per call.
-            async with asyncio.timeout(self.timeout):
-                result = await coro
+            with _mapped(timeout=f"the API server did not answer within {self.timeout:g}s"):
+                # asyncio.timeout, not wait_for: the same TimeoutError, without a task per call.
+                async with asyncio.timeout(self.timeout):
+                    result = await call
             code = "200"
             return result
-        except ApiException as exc:
-            code = str(exc.status)
-            tracing.note_response(exc.status, exc.headers)
-            raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
-        except TimeoutError:
-            code = "timeout"
-            tracing.note_response(code)
-            raise KubeTimeout(
-                0, "Timeout", f"the API server did not answer within {self.timeout:g}s"
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            code = "unavailable"
-            tracing.note_response(code)
-            raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
+        except KubeError as exc:
+            code = exc.label
+            if not exc.status:
+                tracing.note_response(code)
+            raise
         finally:
             self._observe(verb, code, time.monotonic() - started)
+
+    # -- custom objects --------------------------------------------------------------------
+
+    @staticmethod
+    def _path(res: Resource, namespace: str | None, name: str = "") -> str:
+        scope = f"/namespaces/{namespace}" if namespace is not None else ""
+        # Names and namespaces are DNS labels and subdomains: nothing to escape.
+        return f"/apis/{res.group}/{res.version}{scope}/{res.plural}" + (f"/{name}" if name else "")
 
     async def list(
         self,
@@ -252,46 +374,24 @@ class Kube:
         label_selector: str = "",
     ) -> Obj:
         """One page of a list, cluster-wide or in one namespace."""
-        kwargs: Obj = {"limit": limit, "_request_timeout": self.timeout, "_preload_content": False}
+        query = [("limit", str(limit))]
         if continue_:
-            kwargs["_continue"] = continue_
+            query.append(("continue", continue_))
         elif resource_version is not None:
-            kwargs["resource_version"] = resource_version
+            query.append(("resourceVersion", resource_version))
         if label_selector:
-            kwargs["label_selector"] = label_selector
-        result: Obj = await self._call(
-            "list",
-            res.plural,
-            lambda headers: _json_body(self._list(res, namespace, **_sending(headers), **kwargs)),
+            query.append(("labelSelector", label_selector))
+        result: Obj = await self._request(
+            "list", res.plural, "GET", self._path(res, namespace), query=query
         )
         return result
-
-    def _list(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
-        """kubernetes_asyncio's list (or watch) call, cluster-wide or in one namespace."""
-        if namespace is None:
-            return self._api.list_cluster_custom_object(
-                res.group, res.version, res.plural, **kwargs
-            )
-        return self._api.list_namespaced_custom_object(
-            res.group, res.version, namespace, res.plural, **kwargs
-        )
 
     async def served(self, group: str, version: str) -> set[str]:
         """The resources (plurals) discovery lists under a group/version; empty when the API
         server does not serve that group/version at all."""
         try:
-            found: Obj = await self._call(
-                "discovery",
-                "apiresources",
-                lambda headers: _json_body(
-                    self._api.get_api_resources(
-                        group,
-                        version,
-                        _request_timeout=self.timeout,
-                        _preload_content=False,
-                        **_sending(headers),
-                    )
-                ),
+            found: Obj = await self._request(
+                "discovery", "apiresources", "GET", f"/apis/{group}/{version}"
             )
         except KubeError as exc:
             if exc.status == 404:
@@ -303,67 +403,9 @@ class Kube:
             if isinstance(r, dict) and "/" not in str(r.get("name", "/"))
         }
 
-    def _custom_object(
-        self,
-        method: str,
-        res: Resource,
-        namespace: str,
-        name: str,
-        headers: Mapping[str, str],
-        query: Sequence[tuple[str, str]] = (),
-        body: Obj | None = None,
-    ) -> Awaitable[aiohttp.ClientResponse]:
-        """One CR's GET or PATCH, sent by `_send`. Names and namespaces are DNS labels and
-        subdomains: nothing to escape."""
-        sent = {"Accept": "application/json", **headers}
-        data = None
-        if body is not None:
-            # A merge patch: the owned-fields contract (the generated method would send a
-            # dict as a json-patch).
-            sent["Content-Type"] = "application/merge-patch+json"
-            data = orjson.dumps(body)
-        path = f"/apis/{res.group}/{res.version}/namespaces/{namespace}/{res.plural}/{name}"
-        return self._send(method, path, sent, query, data)
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        headers: Mapping[str, str],
-        query: Sequence[tuple[str, str]],
-        body: bytes | None,
-    ) -> aiohttp.ClientResponse:
-        """A request as the client's request layer sends it (its default headers, its bearer
-        token through its refresh hook, its proxy and TLS server name, its session and
-        connection pool), straight onto its aiohttp session. The reads and writes of routes
-        are most of slo-api's calls; the layer's per-call handling of arguments that are
-        already plain (sanitising and copying each, the body encoded with the json module)
-        cost a few percent of a GET's CPU in a profile. The answer is read raw, as with
-        `_preload_content=False`."""
-        api = self._api_client
-        rest = api.rest_client
-        config = api.configuration
-        sent = {**headers, **api.default_headers}
-        for auth in (await config.auth_settings()).values():
-            sent[auth["key"]] = auth["value"]
-        url = config.host + path + ("?" + urlencode(query) if query else "")
-        options: Obj = {}
-        if rest.proxy:
-            options["proxy"] = rest.proxy
-        if rest.proxy_headers:
-            options["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            options["server_hostname"] = rest.server_hostname
-        response: aiohttp.ClientResponse = await rest.pool_manager.request(
-            method, url, headers=sent, data=body, timeout=_BOUNDED_BY_CALL, **options
-        )
-        return response
-
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
-        result: Obj = await self._call(
-            "get",
-            res.plural,
-            lambda headers: _json_body(self._custom_object("GET", res, namespace, name, headers)),
+        result: Obj = await self._request(
+            "get", res.plural, "GET", self._path(res, namespace, name)
         )
         return result
 
@@ -378,71 +420,68 @@ class Kube:
         ]
         if dry_run:
             query.append(("dryRun", "All"))
-        result: Obj = await self._call(
+        result: Obj = await self._request(
             "patch",
             res.plural,
-            lambda headers: _json_body(
-                self._custom_object("PATCH", res, namespace, name, headers, query, patch)
-            ),
+            "PATCH",
+            self._path(res, namespace, name),
+            query=query,
+            body=patch,
+            # A merge patch: the owned-fields contract (a dict would go as a json-patch).
+            content_type="application/merge-patch+json",
         )
         return result
+
+    # -- reviews, Events, ConfigMaps (a route's history) -----------------------------------
 
     async def review_token(self, token: str, audiences: Sequence[str]) -> Obj:
         """A TokenReview's `status`: who the API server says the bearer of `token` is."""
         spec: Obj = {"token": token}
         if audiences:
             spec["audiences"] = list(audiences)
-        body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        return _review_status(
-            await self._call(
-                "tokenreview",
-                "tokenreviews",
-                lambda headers: _answer(
-                    self._authn.create_token_review(
-                        body,
-                        _request_timeout=self.timeout,
-                        _preload_content=False,
-                        **_sending(headers),
-                    )
-                ),
-            )
-        )
+        return await self._review("authentication.k8s.io/v1", "TokenReview", spec)
 
     async def review_access(self, spec: Obj) -> Obj:
         """A SubjectAccessReview's `status`: may this user do this to that resource?"""
-        body: Any = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": spec,
-        }
+        return await self._review("authorization.k8s.io/v1", "SubjectAccessReview", spec)
+
+    async def _review(self, api_version: str, kind: str, spec: Obj) -> Obj:
+        verb = kind.lower()
+        body = {"apiVersion": api_version, "kind": kind, "spec": spec}
         return _review_status(
-            await self._call(
-                "subjectaccessreview",
-                "subjectaccessreviews",
-                lambda headers: _answer(
-                    self._authz.create_subject_access_review(
-                        body,
-                        _request_timeout=self.timeout,
-                        _preload_content=False,
-                        **_sending(headers),
-                    )
-                ),
+            await self._request(
+                verb, f"{verb}s", "POST", f"/apis/{api_version}/{verb}s", body=body, read=_answer
             )
         )
 
-    async def create_event(self, namespace: str, event: Any) -> Obj:
-        result: Obj = await self._call(
+    async def create_event(self, namespace: str, event: Obj) -> Obj:
+        result: Obj = await self._request(
             "event",
             "events",
-            lambda headers: _json_body(
-                self._events.create_namespaced_event(
-                    namespace,
-                    event,
-                    _request_timeout=self.timeout,
-                    _preload_content=False,
-                    **_sending(headers),
-                )
-            ),
+            "POST",
+            f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            body=event,
+        )
+        return result
+
+    async def get_config_map(self, namespace: str, name: str) -> Obj:
+        return await self._config_map("GET", namespace, name)
+
+    async def create_config_map(self, namespace: str, body: Obj) -> Obj:
+        return await self._config_map("POST", namespace, "", body)
+
+    async def replace_config_map(self, namespace: str, name: str, body: Obj) -> Obj:
+        """A PUT: conditional on the body's metadata.resourceVersion (a stale one is 409)."""
+        return await self._config_map("PUT", namespace, name, body)
+
+    async def _config_map(
+        self, method: str, namespace: str, name: str, body: Obj | None = None
+    ) -> Obj:
+        path = f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
+        # A write is named, as a CR's patch is, so managedFields show what slo-api wrote.
+        query = [("fieldManager", "slo-api")] if body is not None else []
+        result: Obj = await self._request(
+            "configmap", "configmaps", method, path, query=query, body=body
         )
         return result
 
@@ -450,81 +489,18 @@ class Kube:
         """Whether the API server answers: its `/readyz` says 200, or it refuses the probe
         (401, 403, 404), which a server that is down cannot do. Cheap enough to ask once a
         second while the watch loops wait out an outage."""
-
-        async def readyz() -> int:
-            response = await self._api_client.call_api(
-                "/readyz",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-            try:
-                await response.read()
-                return int(response.status)
-            finally:
-                response.release()
-
         try:
-            # A probe for no request: `readyz` sends no trace context.
-            status = int(await self._call("readyz", "readyz", lambda headers: readyz()))
+            # A probe for no request: it sends no trace context.
+            status = int(
+                await self._request(
+                    "readyz", "readyz", "GET", "/readyz", read=_status_only, traced=False
+                )
+            )
         except KubeError as exc:
             status = exc.status
         return status in (200, 401, 403, 404)
 
-    # -- ConfigMaps (a route's history) ----------------------------------------------------
-
-    async def get_config_map(self, namespace: str, name: str) -> Obj:
-        result: Obj = await self._call(
-            "configmap",
-            "configmaps",
-            lambda headers: _json_body(
-                self._core.read_namespaced_config_map(
-                    name,
-                    namespace,
-                    _request_timeout=self.timeout,
-                    _preload_content=False,
-                    **_sending(headers),
-                )
-            ),
-        )
-        return result
-
-    async def create_config_map(self, namespace: str, body: Any) -> Obj:
-        result: Obj = await self._call(
-            "configmap",
-            "configmaps",
-            lambda headers: _json_body(
-                self._core.create_namespaced_config_map(
-                    namespace,
-                    body,
-                    field_manager="slo-api",
-                    _request_timeout=self.timeout,
-                    _preload_content=False,
-                    **_sending(headers),
-                )
-            ),
-        )
-        return result
-
-    async def replace_config_map(self, namespace: str, name: str, body: Any) -> Obj:
-        """A PUT: conditional on the body's metadata.resourceVersion (a stale one is 409)."""
-        result: Obj = await self._call(
-            "configmap",
-            "configmaps",
-            lambda headers: _json_body(
-                self._core.replace_namespaced_config_map(
-                    name,
-                    namespace,
-                    body,
-                    field_manager="slo-api",
-                    _request_timeout=self.timeout,
-                    _preload_content=False,
-                    **_sending(headers),
-                )
-            ),
-        )
-        return result
+    # -- watches ---------------------------------------------------------------------------
 
     async def watch(
         self,
@@ -560,50 +536,39 @@ class Kube:
             query.append(("resourceVersion", resource_version))
         if label_selector:
             query.append(("labelSelector", label_selector))
-        scope = f"/namespaces/{namespace}" if namespace is not None else ""
         started = time.monotonic()
         try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
-            # that races with the response, and the watch loop then outlives its shutdown.
-            async with asyncio.timeout(self.timeout):
-                # The client's own request layer: the generated list method knows no
-                # sendInitialEvents.
-                response = await self._api_client.call_api(
-                    f"/apis/{res.group}/{res.version}{scope}/{res.plural}",
-                    "GET",
-                    query_params=query,
-                    header_params={"Accept": "application/json"},
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _request_timeout=aiohttp.ClientTimeout(
-                        sock_connect=self.timeout, sock_read=read_timeout
-                    ),
-                )
-        except TimeoutError:
-            self._observe("watch", "timeout", time.monotonic() - started)
-            raise KubeTimeout(0, "Timeout", "the watch was not accepted in time") from None
-        except ApiException as exc:
-            self._observe("watch", str(exc.status), time.monotonic() - started)
-            raise KubeError.from_body(exc.status, exc.body, exc.headers) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            self._observe("watch", "unavailable", time.monotonic() - started)
-            raise KubeUnavailable(0, "Unavailable", f"cannot reach the API server: {exc}") from None
+            with _mapped(timeout="the watch was not accepted in time"):
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a
+                # cancellation that races with the response, and the watch loop then outlives
+                # its shutdown.
+                async with asyncio.timeout(self.timeout):
+                    response = await self._send(
+                        "GET",
+                        self._path(res, namespace),
+                        query=query,
+                        timeout=aiohttp.ClientTimeout(
+                            sock_connect=self.timeout, sock_read=read_timeout
+                        ),
+                    )
+        except KubeError as exc:
+            self._observe("watch", exc.label, time.monotonic() - started)
+            raise
         self._observe("watch", str(response.status), time.monotonic() - started)
         try:
-            if response.status != 200:
-                raise KubeError.from_body(response.status, await response.read(), response.headers)
-            if on_open is not None:
-                on_open()
-            async for event in _events(response):
-                if event.get("type") == "ERROR":
-                    raise KubeError.from_status(event.get("object") or {})
-                yield event
-        except TimeoutError:
-            raise KubeTimeout(
-                0, "Timeout", f"no watch event or bookmark for {read_timeout:g}s"
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise KubeUnavailable(0, "Unavailable", f"the watch broke: {exc}") from None
+            with _mapped(
+                timeout=f"no watch event or bookmark for {read_timeout:g}s",
+                broken="the watch broke",
+            ):
+                if response.status != 200:
+                    body = await response.read()
+                    raise KubeError.from_body(response.status, body, response.headers)
+                if on_open is not None:
+                    on_open()
+                async for event in _events(response):
+                    if event.get("type") == "ERROR":
+                        raise KubeError.from_status(event.get("object") or {})
+                    yield event
         finally:
             response.release()
 

@@ -12,16 +12,18 @@
   an outage ended less than 30 s before (a call started during it that failed only after it).
 - `supervise`: a long-lived task that fails unexpectedly is logged, counted and started again
   after a backoff, never the silent end of a kind.
+- `stop_tasks`: cancel tasks and wait until every one has ended, even one that lost its
+  cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("slo_api.watch")
 
@@ -35,6 +37,8 @@ WAKE_JITTER_SECONDS = 1.0
 TAIL_SECONDS = 30.0
 # A supervised task that ran this long before failing starts over from the first backoff step.
 HEALTHY_RUN_SECONDS = 60.0
+# A task still running this long after being cancelled is cancelled again.
+STOP_RECANCEL_SECONDS = 1.0
 
 
 @dataclass
@@ -146,9 +150,7 @@ class Recovery:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task])
             self._task = None
 
 
@@ -181,3 +183,28 @@ async def supervise(
         else:
             log.error("%s failed unexpectedly; restarting it in %.1fs", name, delay, exc_info=error)
         await pause(delay)
+
+
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and return once every one has ended.
+
+    A cancellation can be lost (asyncio.wait_for on Python 3.11 drops one that races with the
+    result), so a task still running after STOP_RECANCEL_SECONDS is cancelled again rather
+    than hang the stop. When the caller is cancelled meanwhile, the tasks are still stopped
+    first; then the caller's cancellation goes on.
+    """
+    pending = set(tasks)
+    cancelled = False
+    while pending:
+        for task in pending:
+            task.cancel()
+        try:
+            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
+        except asyncio.CancelledError:
+            cancelled = True
+            pending = {task for task in pending if not task.done()}
+            continue
+        for task in pending:
+            log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
+    if cancelled:
+        raise asyncio.CancelledError

@@ -17,14 +17,14 @@ from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
 from slo_api.metrics import KindState, Metrics
 from slo_api.ownership import Ownership
-from slo_api.recovery import Recovery, supervise
+from slo_api.recovery import Recovery, stop_tasks, supervise
 from slo_api.service import Service
-from slo_api.settings import Settings, manager_list, namespace_list
+from slo_api.settings import Settings
 from slo_api.visible import VisiblePages
+from slo_api.watching import Loops
 
 log = logging.getLogger("slo_api")
 
-STOP_RECANCEL_SECONDS = 1.0
 KubeFactory = Callable[[Settings, Metrics], Awaitable[Kube]]
 
 
@@ -43,9 +43,9 @@ class Runtime:
         self.metrics = metrics
         self.kinds: list[Kind] = build_kinds(settings)
         ownership = Ownership.of(
-            manager_list(settings.gitops_managers),
-            manager_list(settings.gitops_client_side_managers),
-            manager_list(settings.gitops_co_owners),
+            settings.gitops_managers,
+            settings.gitops_client_side_managers,
+            settings.gitops_co_owners,
         )
         self.index: CRIndex = Service.index_for(self.kinds, ownership)
         self.service = Service(kube, self.kinds, self.index, ownership)
@@ -69,20 +69,23 @@ class Runtime:
             flush_seconds=settings.watch_flush_seconds,
             by=self.history.by,
         )
-        self.namespaces = namespace_list(settings.watch_namespaces)
+        self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
         self.recovery = Recovery(kube.ready)
+        loops = Loops(
+            kube,
+            self.index,
+            metrics,
+            crd_recheck_seconds=settings.crd_recheck_seconds,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+            inactivity_seconds=settings.watch_inactivity_seconds,
+        )
         # One watch per kind, each running one informer per API group that serves the kind.
         self.informers = [
             KindWatch(
-                kube,
+                loops,
                 kind,
-                self.index,
-                metrics,
-                crd_recheck_seconds=settings.crd_recheck_seconds,
-                watch_timeout_seconds=settings.watch_timeout_seconds,
-                inactivity_seconds=settings.watch_inactivity_seconds,
                 namespaces=self.namespaces,
                 label_selector=self.label_selector,
                 recovery=self.recovery,
@@ -149,16 +152,7 @@ class Runtime:
     async def stop(self) -> None:
         self.shutting_down = True
         await self.feed.stop()
-        pending = set(self._tasks)
-        for task in pending:
-            task.cancel()
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_SECONDS)
-            for task in pending:
-                # A cancellation can be lost (asyncio.wait_for on Python 3.11 drops one that
-                # races with the result): ask again rather than hang the shutdown.
-                log.warning("%s did not stop when cancelled; cancelling again", task.get_name())
-                task.cancel()
+        await stop_tasks(self._tasks)
         self._tasks = []
         await self.recovery.close()
         await self.events.close()

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError, invalid
-from slo_api.index import CRIndex, IndexedKind
+from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
@@ -87,14 +88,6 @@ class Result:
         )
 
 
-def _rv(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))
-
-
-def _uid(obj: Obj) -> str:
-    return str(obj.get("metadata", {}).get("uid", ""))
-
-
 def _lost_race(exc: KubeError) -> bool:
     """The CR changed, or is another CR, since the version a patch was computed from.
 
@@ -107,7 +100,13 @@ def _lost_race(exc: KubeError) -> bool:
 
 
 def etag_of(obj: Obj) -> str:
-    return f'"{_rv(obj)}"'
+    """A route's strong ETag: its CR's resourceVersion, quoted."""
+    return f'"{resource_version(obj)}"'
+
+
+def weak_etag(body: bytes) -> str:
+    """A page's weak ETag: a hash of the page's bytes."""
+    return 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
 
 def parse_if_match(header: str | None) -> str | None:
@@ -160,7 +159,9 @@ class Service:
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
-        self._pages: dict[tuple[int, int, str | None, bool], tuple[bytes, str]] = {}
+        self._pages: BoundedDict[tuple[int, int, str | None, bool], tuple[bytes, str]] = (
+            BoundedDict(PAGE_CACHE_SIZE)
+        )
         self._pages_generation = -1
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
@@ -347,10 +348,10 @@ class Service:
         """
         current = target.obj
         fresh = False
-        if if_match and if_match != _rv(current):
+        if if_match and if_match != resource_version(current):
             current, fresh = await self._fresh(target), True
         for _ in range(WRITE_ATTEMPTS):
-            if if_match and if_match != _rv(current):
+            if if_match and if_match != resource_version(current):
                 raise ApiError(412, STALE_ETAG)
             # Only what differs from the stored CR: a client echoing a whole body back writes
             # (and the audit and Event name) just the fields it changed.
@@ -372,7 +373,10 @@ class Service:
                     continue
                 raise field_managed(target.kind, overridden)
             patch: Obj = {
-                "metadata": {"uid": _uid(current), "resourceVersion": _rv(current)},
+                "metadata": {
+                    "uid": uid_of(current) or "",
+                    "resourceVersion": resource_version(current),
+                },
                 "spec": spec_patch,
             }
             try:
@@ -434,9 +438,7 @@ class Service:
         cached = self._pages.get(key)
         if cached is None:
             body = self._page_body(page, page_size, kind, full)
-            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
-            if len(self._pages) >= PAGE_CACHE_SIZE:
-                del self._pages[next(iter(self._pages))]  # the oldest
+            etag = weak_etag(body)
             cached = self._pages[key] = (body, etag)
         return cached
 

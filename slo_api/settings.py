@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from slo_api.auth import token_problem
 
-SLO_GROUPS = "inference.modelsphere.dev,inference.x-k8s.io"
+SLO_GROUPS = ("inference.modelsphere.dev", "inference.x-k8s.io")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -38,19 +38,28 @@ OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_")
 READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
-def group_list(value: str) -> tuple[str, ...]:
-    """The API groups a `*_GROUP` setting names, most preferred first."""
-    return tuple(g.strip() for g in value.split(","))
+# A list setting: comma-separated in the environment (not JSON), a tuple once read.
+CommaList = Annotated[tuple[str, ...], NoDecode]
 
 
-def namespace_list(value: str) -> tuple[str, ...]:
-    """The namespaces `WATCH_NAMESPACES` names; empty for every namespace."""
-    return tuple(n.strip() for n in value.split(",")) if value.strip() else ()
+def _items(value: object) -> object:
+    """The items of a list setting, each stripped: from `a, b` or from a sequence given as one."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(","))
+    if isinstance(value, list | tuple):
+        return tuple(item.strip() if isinstance(item, str) else item for item in value)
+    return value
 
 
-def manager_list(value: str) -> tuple[str, ...]:
-    """The field managers a `GITOPS_*` setting names."""
-    return tuple(m.strip() for m in value.split(",") if m.strip())
+def _distinct(items: tuple[str, ...], what: str, instead: str) -> tuple[str, ...]:
+    """`items` when none is empty or listed twice; `instead` says what to write instead."""
+    listed = ",".join(items)
+    if "" in items:
+        raise ValueError(f"{listed!r} has an empty {what}: {instead}")
+    twice = sorted({i for i in items if items.count(i) > 1})
+    if twice:
+        raise ValueError(f"{listed!r} lists {', '.join(twice)} more than once")
+    return items
 
 
 def _selector_problem(selector: str) -> str | None:
@@ -66,18 +75,28 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
 
     slo_api_token: SecretStr | None = Field(
-        None, description="The single write token (required unless SLO_API_TOKENS_FILE is set)."
+        None,
+        description="The write token, at least 16 characters once leading and trailing "
+        "whitespace is stripped (as from request tokens: a Secret with a trailing newline "
+        "works). One of it, `SLO_API_TOKENS_FILE` or `SLO_API_KUBERNETES_AUTH=true` is required.",
     )
     slo_api_tokens_file: Path | None = Field(
-        None, description="A file of `token role` lines (role read or write), re-read on change."
+        None,
+        description="A file of `<token> read|write` lines (tokens at least 16 characters), "
+        "re-read when it changes (rotation without restart); a `read` token gets 403 on PUT "
+        "and DELETE. A file that cannot be read any more revokes its tokens; one that cannot be "
+        "parsed keeps the previous tokens (see [Probes](#probes)).",
     )
     slo_api_kubernetes_auth: bool = Field(
         False,
         description="Authenticate other bearer tokens with a TokenReview and authorize each "
-        "request with a SubjectAccessReview (the cluster's RBAC).",
+        "request with a SubjectAccessReview: callers get what the cluster's RBAC grants them "
+        "(see [Kubernetes identities](api.md#kubernetes-identities)).",
     )
-    slo_api_token_audiences: str | None = Field(
-        None, description="Comma-separated audiences sent in each TokenReview (optional)."
+    slo_api_token_audiences: CommaList = Field(
+        (),
+        description="Audiences sent in each TokenReview, comma-separated; a token minted for "
+        "another audience is 401.",
     )
     token_review_seconds: float = Field(
         60, ge=0, description="How long an authenticated token is remembered."
@@ -102,45 +121,61 @@ class Settings(BaseSettings):
     )
     host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
     port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The least severe level logged, in any case (`INFO` too)."
+    )
+    log_format: Literal["json", "console"] = Field(
+        "json", description="`json` lines, or `console` for development."
+    )
     kubeconfig: str | None = Field(
         None, description="Path of a kubeconfig; in-cluster configuration when unset."
     )
 
-    llm_group: str = Field(
-        SLO_GROUPS, description="API groups that may serve LLM SLOs, most preferred first."
+    llm_group: CommaList = Field(
+        SLO_GROUPS,
+        description="API groups that may serve LLM SLOs, comma-separated, most preferred first "
+        "(see [Migrating between API groups](#migrating-between-api-groups)); an empty or "
+        "repeated group exits 2.",
     )
-    llm_version: str = "v1alpha1"
-    llm_plural: str = "llmslorequirements"
-    job_group: str = Field(
-        SLO_GROUPS, description="API groups that may serve job SLOs, most preferred first."
+    llm_version: str = Field("v1alpha1", description="API version of LLM SLOs.")
+    llm_plural: str = Field("llmslorequirements", description="Plural of LLM SLOs.")
+    job_group: CommaList = Field(
+        SLO_GROUPS, description="API groups that may serve job SLOs, as `LLM_GROUP`."
     )
-    job_version: str = "v1alpha1"
-    job_plural: str = "jobslorequirements"
-    pool_group: str = Field(
-        "inference.llmkube.dev",
-        description="API groups that may serve pools, most preferred first.",
+    job_version: str = Field("v1alpha1", description="API version of job SLOs.")
+    job_plural: str = Field("jobslorequirements", description="Plural of job SLOs.")
+    pool_group: CommaList = Field(
+        ("inference.llmkube.dev",),
+        description="API groups that may serve ModelPools, as `LLM_GROUP`.",
     )
-    pool_version: str = "v1alpha1"
-    pool_plural: str = "modelpools"
+    pool_version: str = Field("v1alpha1", description="API version of ModelPools.")
+    pool_plural: str = Field("modelpools", description="Plural of ModelPools.")
 
-    watch_namespaces: str = Field(
-        "",
-        description="Namespaces to watch, comma-separated; empty: every namespace. Routes "
-        "elsewhere are not served, and namespaced Roles are enough.",
+    watch_namespaces: CommaList = Field(
+        (),
+        description="Namespaces to watch, comma-separated; empty: every namespace. Each kind is "
+        "then listed and watched per namespace, so Roles in those namespaces are enough (see "
+        "[Watching some namespaces](deploying.md#watching-some-namespaces)); routes elsewhere "
+        "are 404 and not in `/config`.",
     )
     watch_label_selector: str = Field(
-        "", description="A label selector: only CRs it selects are indexed; empty: every CR."
+        "",
+        description="A label selector (`tier=prod`, `team in (a,b)`, `!legacy`): only CRs it "
+        "selects are routes, and a CR relabelled out of it drops out; empty: every CR.",
     )
     crd_recheck_seconds: float = Field(
-        60, gt=0, description="How often discovery is asked which groups serve each kind."
+        60,
+        gt=0,
+        description="How often discovery is asked which groups serve each kind (a CRD "
+        "installed or deleted is followed within this).",
     )
     upstream_timeout_seconds: float = Field(
-        10, gt=0, description="Timeout of every call to the API server."
+        10, gt=0, description="Timeout of every call to the API server (504 when exceeded)."
     )
     watch_timeout_seconds: int = Field(
-        300, ge=10, description="Server-side timeout of one watch request (randomised up to 2x)."
+        300,
+        ge=10,
+        description="Server-side timeout of one watch request (randomised up to twice that).",
     )
     watch_inactivity_seconds: float = Field(
         90, gt=0, description="A watch with no event or bookmark for this long is reconnected."
@@ -153,22 +188,22 @@ class Settings(BaseSettings):
         ge=0,
         le=5,
         description="Changes go out to the change streams together, at most this long after "
-        "they happen: longer costs less CPU per stream, shorter is sooner (0: at once).",
+        "they happen: longer costs less CPU per stream, shorter is sooner (`0`: at once).",
     )
     max_watchers: int = Field(
-        1000, ge=1, description="Most open change streams; more are refused with 429."
+        1000, ge=1, description="Most open change streams; more are 429 with `Retry-After`."
     )
     watch_streams_per_identity: int = Field(
         20,
         ge=1,
         description="Most open change streams per Kubernetes identity (static tokens are not "
-        "counted); more are refused with 429.",
+        "counted); more are 429.",
     )
     watch_history_bytes: int = Field(
         16 * 1024 * 1024,
         ge=4096,
-        description="Bytes of changes kept, per view and kind being watched, for streams that "
-        "fall behind and for resuming with `since`.",
+        description="Bytes of changes kept per view (and per kind followed alone) for streams "
+        "that fall behind and for resuming with `since` (older is `410 expired`).",
     )
     watch_access_seconds: float = Field(
         10,
@@ -179,36 +214,48 @@ class Settings(BaseSettings):
     route_history_entries: int = Field(
         20,
         ge=0,
-        description="Changes kept per route in its history ConfigMap (0: no history is "
-        "recorded; what is stored stays readable).",
+        description="Changes kept per route in its history ConfigMap (see "
+        "[History](api.md#history-who-changed-a-route-and-undo)); `0` records nothing (what "
+        "is stored stays readable).",
     )
-    gitops_managers: str = Field(
-        "argocd-controller,kustomize-controller,helm-controller,helm",
+    gitops_managers: CommaList = Field(
+        ("argocd-controller", "kustomize-controller", "helm-controller", "helm"),
         description="Field managers that are GitOps tools, comma-separated: a write that "
-        "would change a field one of them owns is 409 field_managed (unless force=true).",
+        "would change a field one of them owns is `409 field_managed` unless `force=true` (see "
+        "[Fields a GitOps tool manages](api.md#fields-a-gitops-tool-manages)).",
     )
-    gitops_client_side_managers: str = Field(
-        "kubectl-client-side-apply,flux-client-side-apply",
+    gitops_client_side_managers: CommaList = Field(
+        ("kubectl-client-side-apply", "flux-client-side-apply"),
         description="Client-side apply managers, GitOps tools on a CR that carries an Argo CD, "
         "Flux or Helm marker, for the fields in its last-applied configuration.",
     )
-    gitops_co_owners: str = Field(
-        "",
+    gitops_co_owners: CommaList = Field(
+        (),
         description="GitOps managers configured to leave slo-api's fields alone (Argo CD's "
         "ignoreDifferences, Flux's ignore rules): writes to their fields go through.",
     )
-    max_body_bytes: int = Field(65536, ge=1024, description="Largest accepted request body.")
+    max_body_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="Largest accepted request body; a larger one is 413, before it is read.",
+    )
     docs_enabled: bool = Field(
-        True, description="Serve Swagger UI at /docs (its assets ship with slo-api)."
+        True,
+        description="Serve Swagger UI at `/docs`; its assets ship with slo-api (the "
+        "`fastapi-offline` package), nothing is loaded from another origin.",
     )
     shutdown_grace_seconds: float = Field(
-        2, ge=0, description="After SIGTERM, how long /readyz says 503 before the server stops."
+        2,
+        ge=0,
+        description="After SIGTERM, how long `/readyz` says 503 before the server stops accepting.",
     )
     shutdown_drain_seconds: int = Field(
         15,
         ge=1,
-        description="Then how long in-flight requests may take to finish before they are "
-        "cancelled and the lifespan shutdown runs (at least UPSTREAM_TIMEOUT_SECONDS).",
+        description="Then how long in-flight requests may take to finish (change streams are "
+        "ended at once) before they are cancelled and the lifespan shutdown runs; at least "
+        "`UPSTREAM_TIMEOUT_SECONDS`. The pod's `terminationGracePeriodSeconds` must cover "
+        "preStop + the grace + the drain + a few seconds (the manifests: 5 + 2 + 15 + 5 ≤ 30).",
     )
 
     @field_validator("log_level", mode="before")
@@ -224,39 +271,55 @@ class Settings(BaseSettings):
         # static-token client 401.
         return value.strip() if isinstance(value, str) else value
 
+    @field_validator(
+        "slo_api_token_audiences",
+        "llm_group",
+        "job_group",
+        "pool_group",
+        "watch_namespaces",
+        "gitops_managers",
+        "gitops_client_side_managers",
+        "gitops_co_owners",
+        mode="before",
+    )
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _items(value)
+
+    @field_validator(
+        "slo_api_token_audiences",
+        "gitops_managers",
+        "gitops_client_side_managers",
+        "gitops_co_owners",
+    )
+    @classmethod
+    def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # `a,,b`, a trailing comma or nothing at all: no name, so none is listed.
+        return tuple(item for item in value if item)
+
     @field_validator("llm_group", "job_group", "pool_group")
     @classmethod
-    def _groups(cls, value: str) -> str:
-        groups = group_list(value)
-        for group in groups:
-            if not group:
-                raise ValueError(
-                    f"{value!r} has an empty group: list API groups separated by commas, "
-                    "most preferred first"
-                )
+    def _groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _distinct(value, "group", "list API groups separated by commas, most preferred first")
+        for group in value:
             if not _DNS_SUBDOMAIN.fullmatch(group) or len(group) > 253:
                 raise ValueError(f"{group!r} is not an API group (a lowercase DNS name)")
-        twice = sorted({g for g in groups if groups.count(g) > 1})
-        if twice:
-            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
-        return ",".join(groups)
+        return value
 
     @field_validator("watch_namespaces")
     @classmethod
-    def _namespaces(cls, value: str) -> str:
-        namespaces = namespace_list(value)
-        for namespace in namespaces:
-            if not namespace:
-                raise ValueError(
-                    f"{value!r} has an empty namespace: list namespaces separated by commas, "
-                    "or leave it empty to watch every namespace"
-                )
+    def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value == ("",):
+            return ()  # empty: every namespace
+        _distinct(
+            value,
+            "namespace",
+            "list namespaces separated by commas, or leave it empty to watch every namespace",
+        )
+        for namespace in value:
             if not _DNS_LABEL.fullmatch(namespace):
                 raise ValueError(f"{namespace!r} is not a namespace name")
-        twice = sorted({n for n in namespaces if namespaces.count(n) > 1})
-        if twice:
-            raise ValueError(f"{value!r} lists {', '.join(twice)} more than once")
-        return ",".join(namespaces)
+        return value
 
     @field_validator("watch_label_selector")
     @classmethod
@@ -306,11 +369,6 @@ class Settings(BaseSettings):
                 "quiet kind's watch reconnects every time it elapses"
             )
         return said
-
-    @property
-    def token_audiences(self) -> list[str]:
-        value = self.slo_api_token_audiences or ""
-        return [a.strip() for a in value.split(",") if a.strip()]
 
 
 def unrecognised(environ: Mapping[str, str]) -> list[str]:

@@ -1,4 +1,9 @@
-"""How an API server failure is answered: the one mapping from KubeError to ApiError."""
+"""How an API server failure is answered: the one mapping from KubeError to ApiError.
+
+`failure` is what any call's failure becomes (504, or 502 with an RBAC refusal logged
+loudly); `to_api_error` adds what a CR's own read or write can say (a refused change is
+400 with its causes, 404, 409); `unavailable` is a review nobody answered (503: fail closed).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,17 @@ import re
 
 from slo_api.errors import ApiError, invalid
 from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import KubeError, KubeTimeout
+from slo_api.kube import KubeError, KubeTimeout, log_failure
 
 log = logging.getLogger("slo_api.upstream")
 
+# What slo-api's own ClusterRole must grant on the kinds it serves.
+KINDS_ROLE = "its ClusterRole grants get, list, watch and patch"
+# How long a client is asked to wait after a review nobody answered.
+RETRY_AFTER_SECONDS = 5
+
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 _DUPLICATE_FIELD = re.compile(r'duplicate field "([^"]+)"')
-# What the API server writes when an admission policy or webhook, not RBAC, refused a request;
-# the match starts where the policy's own words start (after `<kind> "<name>" is forbidden: `).
-_ADMISSION = re.compile(
-    r"(?:Validating|Mutating)AdmissionPolicy '[^']*'.*?denied request.*"
-    r'|admission webhook "[^"]*" denied the request.*',
-    re.DOTALL,
-)
 
 
 def _secrets(obj: Obj) -> set[str]:
@@ -63,15 +66,30 @@ def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
     return causes
 
 
-def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
-    """Translate an API server failure on one CR into what the client is told."""
+def failure(exc: KubeError, what: str, check: str) -> ApiError:
+    """What a client is told of any failed call: 504 for a timeout, 502 otherwise; a refusal
+    of slo-api itself (RBAC) is logged loudly (`what` the call, `check` what to grant)."""
     if isinstance(exc, KubeTimeout):
         return ApiError(504, "the Kubernetes API server did not answer in time")
-    denial = _ADMISSION.search(exc.message) if exc.status in (400, 403, 422) else None
+    if exc.rbac:
+        log_failure(log, exc, what, check)
+        return ApiError(
+            502,
+            "slo-api is not allowed to do this in the cluster "
+            "(an operator has been alerted in the logs)",
+        )
+    return ApiError(
+        502, f"the Kubernetes API server failed to answer ({exc.status or 'no response'})"
+    )
+
+
+def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
+    """Translate an API server failure on one CR into what the client is told."""
+    denial = exc.denial
     if denial is not None:
         # The cluster's policy refused this change (whatever code it chose): the client can
         # act on its reason; slo-api's own permissions are fine.
-        return invalid(_scrub(denial.group(), _secrets(obj)))
+        return invalid(_scrub(denial, _secrets(obj)))
     if exc.status in (400, 422):
         causes = _causes(exc, kind, obj)
         if not causes:
@@ -83,19 +101,19 @@ def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
         return ApiError(404, f"route {kind.route_of(obj)!r} is gone")
     if exc.status == 409:
         return ApiError(409, "the route changed during the write: retry")
-    if exc.status in (401, 403):
-        log.error(
-            "RBAC: the API server refused slo-api (%s %s on %s); check its ClusterRole "
-            "grants get, list, watch and patch",
-            exc.status,
-            exc.reason,
-            kind.resource.plural,
-        )
-        return ApiError(
-            502,
-            "slo-api is not allowed to do this in the cluster "
-            "(an operator has been alerted in the logs)",
-        )
+    return failure(exc, f"on {kind.resource.plural}", KINDS_ROLE)
+
+
+def unavailable(what: str, why: object) -> ApiError:
+    """A review (`what`) the API server did not answer, or whose answer cannot be read, or
+    that waits too long for a slot: the request is refused (503 with Retry-After)."""
+    if isinstance(why, KubeError) and why.rbac:
+        log_failure(log, why, f"a {what}", "that it is bound to system:auth-delegator")
+    else:
+        log.error("%s failed, refusing the request: %s", what, why)
     return ApiError(
-        502, f"the Kubernetes API server failed to answer ({exc.status or 'no response'})"
+        503,
+        f"cannot check the caller's access: the Kubernetes API server did not answer the {what}",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        code="unavailable",
     )

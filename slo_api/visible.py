@@ -8,11 +8,11 @@ polling its pages pays a few dictionary look-ups, as a static-token caller does.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
+from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex
-from slo_api.service import Allowed, Service
+from slo_api.service import Allowed, Service, weak_etag
 
 ROUTE_LISTS = 64
 PAGES = 256
@@ -27,8 +27,10 @@ class VisiblePages:
         self._generation = -1
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
-        self._routes: dict[tuple[Allowed, str | None], list[str]] = {}
-        self._pages: dict[tuple[Allowed, int, int, str | None, bool], tuple[bytes, str]] = {}
+        self._routes: BoundedDict[tuple[Allowed, str | None], list[str]] = BoundedDict(ROUTE_LISTS)
+        self._pages: BoundedDict[tuple[Allowed, int, int, str | None, bool], tuple[bytes, str]] = (
+            BoundedDict(PAGES)
+        )
 
     def _follow_index(self) -> None:
         if self._generation == self.index.generation:
@@ -68,9 +70,7 @@ class VisiblePages:
             body = self.service.render_page(
                 self._visible(allowed, kind), page, page_size, full, line
             )
-            etag = 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
-            if len(self._pages) >= PAGES:
-                del self._pages[next(iter(self._pages))]
+            etag = weak_etag(body)
             cached = self._pages[key] = (body, etag)
         return cached
 
@@ -95,7 +95,5 @@ class VisiblePages:
                     if (k.name, namespace) in allowed:
                         seen.add(route)
             routes = [route for route in self.index.routes(kind) if route in seen]
-            if len(self._routes) >= ROUTE_LISTS:
-                del self._routes[next(iter(self._routes))]
             self._routes[key] = routes
         return routes

@@ -23,10 +23,11 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from slo_api.index import CRIndex, Entry, Name
 from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
+from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource, log_failure
 from slo_api.metrics import Metrics
 from slo_api.recovery import Backoff, Recovery
 
@@ -37,11 +38,32 @@ QUICK_CLOSE_SECONDS = 1.0
 # After an API server refused a streamed list (no WatchList feature), lists are paged this
 # long before a stream is tried again (the API server may have been upgraded meanwhile).
 STREAM_RETRY_SECONDS = 600.0
+# What to check when the API server refuses slo-api's lists and watches.
+ROLE = (
+    "its ClusterRole (or with WATCH_NAMESPACES, its Role in the namespace) grants get, list, "
+    "watch and patch"
+)
 
 
 async def _sleep(seconds: float) -> None:
     # Every sleep of the loop goes through here (tests put a fake clock behind it).
     await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class Loops:
+    """What every list+watch loop of a process is given: the seam, the index the loops fill,
+    the metrics, and their pacing (from the settings)."""
+
+    kube: Kube
+    index: CRIndex
+    metrics: Metrics
+    # How often a CRD that is not served is looked for again.
+    crd_recheck_seconds: float = 60.0
+    # A watch's server-side timeout is randomised between this and twice this.
+    watch_timeout_seconds: int = 300
+    # A watch without an event or bookmark this long is reconnected.
+    inactivity_seconds: float = 90.0
 
 
 class _Relist(Exception):
@@ -62,21 +84,17 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        loops: Loops,
         kind: Kind,
-        index: CRIndex,
-        metrics: Metrics,
         *,
-        crd_recheck_seconds: float,
-        watch_timeout_seconds: int,
-        inactivity_seconds: float,
         resource: Resource | None = None,
         namespace: str | None = None,
         label_selector: str = "",
         on_synced: Callable[[], None] | None = None,
         recovery: Recovery | None = None,
     ) -> None:
-        self.kube = kube
+        self.loops = loops
+        self.kube, self.index, self.metrics = loops.kube, loops.index, loops.metrics
         self.kind = kind
         self.resource = resource or kind.resource
         self.group = self.resource.group
@@ -84,11 +102,6 @@ class Informer:
         self.label_selector = label_selector
         # Called after each list, and each time the CRD is found absent.
         self.on_synced = on_synced or (lambda: None)
-        self.index = index
-        self.metrics = metrics
-        self.crd_recheck_seconds = crd_recheck_seconds
-        self.watch_timeout_seconds = watch_timeout_seconds
-        self.inactivity_seconds = inactivity_seconds
         self.synced = False
         self.present = False
         # True from a list (or the CRD found absent) or a watch that opened, until a failure:
@@ -123,7 +136,7 @@ class Informer:
             try:
                 resource_version = await self._list()
                 if resource_version is None:
-                    await _sleep(self.crd_recheck_seconds)
+                    await _sleep(self.loops.crd_recheck_seconds)
                     continue
                 await self._watch(resource_version)
             except asyncio.CancelledError:
@@ -131,7 +144,7 @@ class Informer:
             except _CrdGone:
                 log.warning("%s: the CRD is no longer served; its routes are gone", self._name)
                 self._absent()
-                await _sleep(self.crd_recheck_seconds)
+                await _sleep(self.loops.crd_recheck_seconds)
             except _Relist as exc:
                 self.current = False
                 self.metrics.watch_restarts.labels(self.kind.name, exc.reason).inc()
@@ -150,11 +163,10 @@ class Informer:
                 await self._pause(delay)
             except KubeError as exc:
                 self.current = False
-                level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
                 self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
                 delay = exc.retry_after or self.backoff.next()
-                log.log(
-                    level, "%s: list/watch failed (%s); retrying in %.1fs", self._name, exc, delay
+                log_failure(
+                    log, exc, f"the list/watch of {self._name}", ROLE, f"; retrying in {delay:.1f}s"
                 )
                 if exc.retry_after:
                     await _sleep(delay)  # the API server said how long: no probe needed
@@ -166,6 +178,12 @@ class Informer:
                 self.metrics.task_failures.labels(self.kind.name, "informer").inc()
                 log.exception("%s: unexpected failure; relisting in %.1fs", self._name, delay)
                 await self._pause(delay)
+
+    def _server_timeout(self) -> int:
+        # Randomised, as client-go's reflector does: the watches of many replicas (and kinds)
+        # do not all end and reconnect at once.
+        timeout = self.loops.watch_timeout_seconds
+        return random.randint(timeout, 2 * timeout)
 
     async def _pause(self, delay: float) -> None:
         """Back off, unless the API server answers again first (then start afresh)."""
@@ -214,7 +232,7 @@ class Informer:
                         "%s: CRD not served; indexing the kind as empty and looking again "
                         "every %gs",
                         self._name,
-                        self.crd_recheck_seconds,
+                        self.loops.crd_recheck_seconds,
                     )
                 self._absent()
                 return None
@@ -224,12 +242,11 @@ class Informer:
         # Every event before the initial-events-end bookmark applies, as in client-go's watch
         # list: an API server may interleave MODIFIED or DELETED with the ADDED ones.
         entries: dict[Name, Entry] = {}
-        timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
         events = self.kube.watch(
             self.resource,
             resource_version="",
-            timeout_seconds=timeout,
-            read_timeout=self.inactivity_seconds,
+            timeout_seconds=self._server_timeout(),
+            read_timeout=self.loops.inactivity_seconds,
             initial_events=True,
             namespace=self.namespace,
             label_selector=self.label_selector,
@@ -307,13 +324,12 @@ class Informer:
                 opened = True
                 self.current = True
 
-            timeout = random.randint(self.watch_timeout_seconds, 2 * self.watch_timeout_seconds)
             try:
                 async for event in self.kube.watch(
                     self.resource,
                     resource_version=resource_version,
-                    timeout_seconds=timeout,
-                    read_timeout=self.inactivity_seconds,
+                    timeout_seconds=self._server_timeout(),
+                    read_timeout=self.loops.inactivity_seconds,
                     namespace=self.namespace,
                     label_selector=self.label_selector,
                     on_open=open_,
@@ -357,14 +373,8 @@ class Informer:
                     self.metrics.watch_restarts.labels(self.kind.name, "throttled").inc()
                     await _sleep(delay)
                     continue
-                if exc.status in (401, 403):
-                    log.error(
-                        "RBAC: the API server refused slo-api's watch of %s (%s); check its "
-                        "ClusterRole (or with WATCH_NAMESPACES, its Role in the namespace) "
-                        "grants get, list, watch and patch",
-                        self._name,
-                        exc,
-                    )
+                if exc.rbac:
+                    log_failure(log, exc, f"the watch of {self._name}", ROLE)
                 raise _Relist("relist", str(exc)) from None
             else:
                 ended = "closed"

@@ -26,17 +26,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
 from slo_api.settings import Settings
+from slo_api.upstream import unavailable
 
 log = logging.getLogger("slo_api.access")
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-RETRY_AFTER_SECONDS = 5
 REVIEW_QUEUE_FACTOR = 8
 # (token hash, verb, group, plural, namespace, name): one access question.
 AccessKey = tuple[str, str, str, str, str, str]
@@ -46,8 +47,7 @@ class TtlCache(Generic[K, V]):
     """A dict whose entries expire, holding at most `size` of them (the oldest go first)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: dict[K, tuple[float, V]] = {}
+        self._items: BoundedDict[K, tuple[float, V]] = BoundedDict(size)
 
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
@@ -62,12 +62,11 @@ class TtlCache(Generic[K, V]):
         if ttl <= 0:
             return
         self._items.pop(key, None)
-        if len(self._items) >= self.size:
+        if self._items.full:
+            # Expired entries go before live ones; then the oldest (as storing does).
             now = time.monotonic()
             for stale in [k for k, (expires, _) in self._items.items() if expires <= now]:
                 del self._items[stale]
-            while len(self._items) >= self.size:
-                del self._items[next(iter(self._items))]
         self._items[key] = (time.monotonic() + ttl, value)
 
     def __len__(self) -> int:
@@ -108,16 +107,6 @@ class User:
 
 def token_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def unavailable(what: str, why: object) -> ApiError:
-    log.error("%s failed, refusing the request: %s", what, why)
-    return ApiError(
-        503,
-        f"cannot check the caller's access: the Kubernetes API server did not answer the {what}",
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        code="unavailable",
-    )
 
 
 class _Bound:
@@ -190,7 +179,7 @@ class Reviews:
     def __init__(self, settings: Settings, kube: Kube, metrics: Metrics) -> None:
         self.kube = kube
         self.settings = settings
-        self.audiences = settings.token_audiences
+        self.audiences = settings.slo_api_token_audiences
         self._users: TtlCache[str, User] = TtlCache(settings.review_cache_size)
         self._access: TtlCache[AccessKey, bool] = TtlCache(settings.review_cache_size)
         self._token_flights: _SingleFlight[str, User] = _SingleFlight()

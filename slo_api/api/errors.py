@@ -12,10 +12,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from slo_api.errors import CODES, ApiError
-from slo_api.kinds.base import field_path
+from slo_api.errors import ApiError, invalid_fields
 
 log = logging.getLogger("slo_api.api")
+_SOURCES = ("query", "path", "header", "body")
 
 
 def _whole_characters(value: Any) -> Any:
@@ -38,6 +38,7 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 
 def error_response(exc: ApiError) -> Response:
+    """The response of every error: its envelope, its headers, a challenge with a 401."""
     headers = dict(exc.headers)
     if exc.status == 401:
         headers.setdefault("WWW-Authenticate", 'Bearer realm="slo-api"')
@@ -63,14 +64,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         return error_response(ApiError(405, message, headers={"Allow": _allowed(request)}))
     else:
         message = str(exc.detail)
-    return error_response(
-        ApiError(
-            exc.status_code,
-            message,
-            headers=dict(exc.headers or {}),
-            code=CODES.get(exc.status_code, "error"),
-        )
-    )
+    return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
 
 
 def _allowed(request: Request) -> str:
@@ -86,17 +80,14 @@ def _allowed(request: Request) -> str:
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    causes = []
-    for error in exc.errors():
-        loc = tuple(error.get("loc", ()))
-        field = field_path(
-            loc[1:] if loc and loc[0] in ("query", "path", "header", "body") else loc
-        )
-        causes.append({"field": field, "message": f"{field}: {error.get('msg')}"})
-    first = causes[0] if causes else {"field": "", "message": "invalid request"}
-    return error_response(
-        ApiError(400, first["message"], field=first["field"] or None, causes=causes)
-    )
+    return error_response(invalid_fields(map(_unplaced, exc.errors()), "the request"))
+
+
+def _unplaced(error: Any) -> Any:
+    """The error without the first `loc` item when it says where a parameter is (the query,
+    a header...): the client knows where it sent it."""
+    loc = tuple(error.get("loc", ()))
+    return {**error, "loc": loc[1:]} if loc and loc[0] in _SOURCES else error
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -14,22 +14,9 @@ from slo_api.errors import ApiError
 
 router = APIRouter()
 STATIC = resources.files("slo_api") / "static"
-# The page's ES modules import each other by relative URL, so each is an asset of its own.
-MODULES = (
-    "api.js",
-    "app.js",
-    "body.js",
-    "dom.js",
-    "editor.js",
-    "field-errors.js",
-    "form.js",
-    "history.js",
-    "list.js",
-    "live.js",
-    "managed.js",
-    "state.js",
-    "token.js",
-)
+# The page's ES modules import each other by relative URL, so each is an asset of its own: every
+# one in the folder, so a new module is served without a list here to keep.
+MODULES = tuple(sorted(p.name for p in STATIC.iterdir() if p.name.endswith(".js")))
 ASSETS = {"style.css": "text/css", **dict.fromkeys(MODULES, "text/javascript")}
 # As a header, not only the page's <meta> tag: frame-ancestors is honoured only here.
 PAGE_CSP = (

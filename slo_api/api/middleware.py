@@ -6,11 +6,11 @@ import logging
 import os
 import re
 import time
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slo_api import tracing
+from slo_api.api.errors import error_response
 from slo_api.errors import ApiError
 from slo_api.logs import request_id
 from slo_api.metrics import Metrics
@@ -72,8 +72,10 @@ class RequestMiddleware:
         try:
             declared = headers.get(b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                # Refused before reading a byte of it.
-                await _reject(send_with_id, ApiError(413, self._too_large()))
+                # Refused before reading a byte of it: the connection cannot carry another
+                # request after a body nobody read.
+                refused = ApiError(413, self._too_large(), headers={"Connection": "close"})
+                await error_response(refused)(scope, receive, send_with_id)
                 return
             # Only a request that says it has a body gets its reads counted (a GET has none).
             has_body = declared is not None or b"transfer-encoding" in headers
@@ -118,16 +120,3 @@ class RequestMiddleware:
             return message
 
         return limited
-
-
-async def _reject(send: Send, error: ApiError) -> None:
-    import orjson
-
-    body = orjson.dumps(error.body())
-    headers: list[Any] = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

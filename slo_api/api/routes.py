@@ -46,6 +46,8 @@ Force = Annotated[
 ]
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="A strong ETag, or *.")]
 IfNoneMatch = Annotated[str | None, Header(alias="If-None-Match")]
+Page = Annotated[int, Query(ge=1, le=10_000_000)]
+PageSize = Annotated[int, Query(alias="pageSize", ge=1, le=200)]
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -87,6 +89,12 @@ def _warning(result: Result) -> dict[str, str]:
     # A header is Latin-1 and the text is quoted: nothing else may pass.
     text = text.encode("ascii", "replace").decode().replace("\\", "\\\\").replace('"', '\\"')
     return {"Warning": f'299 - "{text}"'}
+
+
+def _record(request: Request, caller: Caller, write: _Write) -> None:
+    """A stored write, in an Event on the CR and in the route's history (a no-op in neither)."""
+    _record_event(request, caller, write)
+    _record_history(request, caller, write)
 
 
 def _record_event(request: Request, caller: Caller, write: _Write) -> None:
@@ -222,8 +230,7 @@ async def _put(
             )
         write.outcome = 200
         if not dry_run:
-            _record_event(request, caller, write)
-            _record_history(request, caller, write)
+            _record(request, caller, write)
         return _json(
             write.result.body, headers={"ETag": write.result.etag, **_warning(write.result)}
         )
@@ -268,8 +275,7 @@ async def _delete(
             write.outcome = 200
             return _json(write.result.body, headers=headers)
         write.outcome = 204
-        _record_event(request, caller, write)
-        _record_history(request, caller, write)
+        _record(request, caller, write)
         return Response(status_code=204, headers=headers)
 
 
@@ -291,8 +297,8 @@ async def get_history(
     route: RouteName,
     rt: RuntimeDep,
     caller: CallerDep,
-    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
-    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
+    page: Page = 1,
+    page_size: PageSize = 20,
 ) -> Response:
     _check_route(route)
     # The same rule as reading the route: a caller who may not read it sees a missing route.
@@ -309,53 +315,69 @@ async def get_history(
     )
 
 
+# Each operation of a route, under `/routes` and again under `/config` (the compatible twin).
+# `/history` first: it ends no route name (route_names reserves it), so it is matched before
+# the route itself.
+_OPERATIONS: tuple[tuple[str, str, Any, str, dict[str, Any]], ...] = (
+    (
+        HISTORY,
+        "GET",
+        get_history,
+        "getRouteHistory",
+        {
+            "responses": HISTORY_RESPONSES,
+            "summary": "Who changed the route, when, and from what: newest first",
+        },
+    ),
+    (
+        "",
+        "GET",
+        get_route,
+        "getRoute",
+        {
+            "responses": GET_RESPONSES,
+            "summary": "Read one route, fresh from the API server",
+            "route_class_override": LeanRoute,
+        },
+    ),
+    (
+        "",
+        "PUT",
+        put_route,
+        "putRoute",
+        {
+            "responses": PUT_RESPONSES,
+            "openapi_extra": PUT_BODY,
+            "summary": "Merge the body's fields into the route's CR",
+            "route_class_override": LeanRoute,
+        },
+    ),
+    (
+        "",
+        "DELETE",
+        delete_route,
+        "deleteRoute",
+        {
+            "responses": DELETE_RESPONSES,
+            "status_code": 204,
+            "summary": "Reset the client-owned fields to the CRD defaults",
+            "route_class_override": LeanRoute,
+        },
+    ),
+)
 for prefix, tag, suffix in (
     ("/routes", "routes", ""),
     ("/config", "config (compatible)", "Config"),
 ):
-    path = prefix + "/{route:path}"
-    # Before the route itself: `/history` ends no route name (route_names reserves it).
-    router.add_api_route(
-        path + HISTORY,
-        get_history,
-        methods=["GET"],
-        tags=[tag],
-        operation_id=f"getRouteHistory{suffix}",
-        responses=HISTORY_RESPONSES,
-        summary="Who changed the route, when, and from what: newest first",
-    )
-    router.add_api_route(
-        path,
-        get_route,
-        route_class_override=LeanRoute,
-        methods=["GET"],
-        tags=[tag],
-        operation_id=f"getRoute{suffix}",
-        responses=GET_RESPONSES,
-        summary="Read one route, fresh from the API server",
-    )
-    router.add_api_route(
-        path,
-        put_route,
-        route_class_override=LeanRoute,
-        methods=["PUT"],
-        tags=[tag],
-        operation_id=f"putRoute{suffix}",
-        responses=PUT_RESPONSES,
-        openapi_extra=PUT_BODY,
-        summary="Merge the body's fields into the route's CR",
-    )
-    router.add_api_route(
-        path,
-        delete_route,
-        route_class_override=LeanRoute,
-        methods=["DELETE"],
-        tags=[tag],
-        operation_id=f"deleteRoute{suffix}",
-        responses=DELETE_RESPONSES,
-        status_code=204,
-        summary="Reset the client-owned fields to the CRD defaults",
-    )
+    for tail, method, endpoint, operation, options in _OPERATIONS:
+        router.add_api_route(
+            prefix + "/{route:path}" + tail,
+            endpoint,
+            methods=[method],
+            tags=[tag],
+            operation_id=operation + suffix,
+            **options,
+        )
 
 
 @router.get(
@@ -369,8 +391,8 @@ async def list_routes(
     rt: RuntimeDep,
     caller: CallerDep,
     token: BearerDep,
-    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
-    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=200)] = 20,
+    page: Page = 1,
+    page_size: PageSize = 20,
     kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
     view: Annotated[Literal["summary", "full"], Query()] = "summary",
     watch: Annotated[
@@ -391,7 +413,7 @@ async def list_routes(
     ] = None,
 ) -> Response:
     if not rt.ready():
-        raise ApiError(503, "the index is still loading", code="not_ready")
+        raise ApiError(503, "the index is still loading")
     if watch:
         access = rt.access.stream(token, caller, kind, rt.visible.held, pools=view == "full")
         # Asked once before the stream opens, so a caller without list and watch anywhere

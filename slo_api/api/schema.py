@@ -6,10 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from slo_api.errors import ERRORS
-from slo_api.kinds.job import JobBody
-from slo_api.kinds.llm import LLMBody
-from slo_api.kinds.pool import PoolBody
+from slo_api.errors import ERRORS, STREAM_ERRORS
+from slo_api.kinds.base import Kind
+from slo_api.kinds.job import JobKind
+from slo_api.kinds.llm import LLMKind
+from slo_api.kinds.pool import PoolKind
 
 
 class ErrorCause(BaseModel):
@@ -39,7 +40,10 @@ class Error(BaseModel):
 
 
 class Summary(BaseModel):
-    """One route in `GET /config`: the fields that apply to its kind, or `ambiguous`."""
+    """One route in `GET /config`: the fields that apply to its kind, or `ambiguous`.
+
+    `x-summary` names each kind's fields and where they stand in its body (dotted).
+    """
 
     route: str
     kind: str | None = None
@@ -94,10 +98,9 @@ class HistoryPage(BaseModel):
     pageSize: int
 
 
+KINDS: list[type[Kind]] = [LLMKind, JobKind, PoolKind]
 MODELS: list[type[BaseModel]] = [
-    LLMBody,
-    JobBody,
-    PoolBody,
+    *(kind.body_model for kind in KINDS),
     Error,
     Summary,
     ConfigPage,
@@ -109,7 +112,7 @@ def ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-ROUTE_BODY = {"oneOf": [ref("LLMBody"), ref("JobBody"), ref("PoolBody")]}
+ROUTE_BODY = {"oneOf": [ref(kind.body_model.__name__) for kind in KINDS]}
 _ERROR = {"application/json": {"schema": ref("Error")}}
 
 
@@ -186,8 +189,7 @@ WATCH_EVENT = {
         "One change. ADDED, MODIFIED and DELETED carry `route` and `object` (the /config item "
         "in the chosen view; for DELETED, as it last was). The stream opens with one ADDED per "
         "route, then a BOOKMARK with `initial: true`; BOOKMARKs follow every "
-        "WATCH_BOOKMARK_SECONDS. ERROR (`error.code` too_slow) is the last line of a stream "
-        "that fell too far behind: watch again with `since`."
+        "WATCH_BOOKMARK_SECONDS. ERROR is the last line of a stream the server ended."
     ),
     "required": ["type"],
     "properties": {
@@ -212,7 +214,16 @@ WATCH_EVENT = {
         },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
         "initial": {"type": "boolean"},
-        "error": {"type": "object"},
+        "error": {
+            "type": "object",
+            "description": "ERROR: why the stream ended. too_slow: it fell further behind "
+            "than the history keeps; expired: what the caller may list changed (both: watch "
+            "again without since); unauthorized, forbidden: the caller's access was lost.",
+            "properties": {
+                "code": {"type": "string", "enum": list(STREAM_ERRORS)},
+                "message": {"type": "string"},
+            },
+        },
     },
 }
 CONFIG_RESPONSES = {
@@ -246,6 +257,13 @@ def add_components(openapi: dict[str, Any]) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    # Clients (the demo page) read a body's kind and what DELETE resets it to from here, and
+    # which fields of a body make its summary.
+    for kind in KINDS:
+        schemas[kind.body_model.__name__].update(
+            {"x-kind": kind.name, "x-reset": kind.reset_body()}
+        )
+    schemas["Summary"]["x-summary"] = {kind.name: dict(kind.summary_fields) for kind in KINDS}
     openapi["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     for path, operations in openapi.get("paths", {}).items():
         if path.startswith(("/routes", "/config")):

@@ -49,18 +49,15 @@ async def open_stream(
     try:
         stream = feed.open(view, kind, since, sse=sse, access=access, allowed=allowed)
     except Expired as exc:
-        raise ApiError(
-            410, f"{exc}; watch again without since", field="since", code="expired"
-        ) from None
+        raise ApiError(410, f"{exc}; watch again without since", field="since") from None
     except TooManyStreams as exc:
         raise ApiError(
             429,
             f"{exc}; try again later",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            code="too_many_requests",
         ) from None
     except Closing as exc:
-        raise ApiError(503, str(exc), code="not_ready") from None
+        raise ApiError(503, str(exc)) from None
     return WatchResponse(feed, stream)
 
 

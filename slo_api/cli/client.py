@@ -115,6 +115,20 @@ class SloClient:
                 return items
             page += 1
 
+    def summary_fields(self) -> dict[str, list[str]]:
+        """Each kind's summary fields, as the server's OpenAPI document names them."""
+        doc = self._json_object(self._send("GET", "/openapi.json"))
+        shape = doc.get("components", {}).get("schemas", {}).get("Summary", {}).get("x-summary")
+        if not isinstance(shape, dict) or not all(
+            isinstance(fields, dict) for fields in shape.values()
+        ):
+            raise CliError(
+                "the server's OpenAPI document does not say what a summary holds "
+                "(x-summary); is --server an slo-api of this version or later?",
+                ExitCode.SERVER,
+            )
+        return {str(kind): [str(name) for name in fields] for kind, fields in shape.items()}
+
     def watch(self, kind: str | None = None, since: str | None = None) -> Iterator[Body]:
         """The events of `GET /config?watch=true` as they come; StreamLost when it ends.
 

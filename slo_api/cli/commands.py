@@ -7,6 +7,7 @@ import copy
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -37,14 +38,33 @@ def show(data: Any, fmt: str) -> None:
     print(output.dump(data, fmt))
 
 
-def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
-    items = client.list_summaries(args.kind)
-    if args.output != "table":
-        show(items, args.output)
+def show_list(items: list[Body], fmt: str, table: Callable[[list[Body]], str], none: str) -> None:
+    """A list as JSON or YAML, or as a table; `none` is said (not printed) when it is empty."""
+    if fmt != "table":
+        show(items, fmt)
     elif items:
-        print(output.summaries_table(items))
+        print(table(items))
     else:
-        warn("no routes found")
+        warn(none)
+
+
+def said_done(route: str, dry_run: bool, did: str, would: str = "", then: str = "") -> None:
+    """`route: updated`, or what would have been done for a dry run."""
+    outcome = (would or f"would be {did}") + " (dry run)" if dry_run else did
+    print(f"{output.printable(route)}: {outcome}{then}")
+
+
+def show_changes(before: Body, after: Body) -> None:
+    print("\n".join(output.changes(before, after)) or "  (no visible change)")
+
+
+def cmd_list(client: SloClient, args: argparse.Namespace) -> int:
+    show_list(
+        client.list_summaries(args.kind),
+        args.output,
+        lambda items: output.summaries_table(items, client.summary_fields()),
+        "no routes found",
+    )
     return ExitCode.OK
 
 
@@ -62,6 +82,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
     delay = 0.5
     connected_once = False
     printed: dict[str, Any] = {}  # route -> the object last printed for it
+    shape = client.summary_fields() if args.output == "table" else {}
     while True:
         # A stream opened without `since` starts with the whole state; a place in it is only
         # worth resuming from once the initial bookmark said that state was complete.
@@ -86,7 +107,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 if kind == "BOOKMARK" and event.get("initial"):
                     resumable = True
                     if snapshot is not None:
-                        _resync(printed, snapshot, revision, args.output)
+                        _resync(printed, snapshot, revision, args.output, shape)
                         snapshot = None
                 if resumable and isinstance(revision, str):
                     since = revision
@@ -102,7 +123,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                         printed.pop(route, None)
                     else:
                         printed[route] = event.get("object")
-                print_event(event, args.output)
+                print_event(event, args.output, shape)
         except StreamLost as exc:
             if not connected_once:
                 raise CliError(f"the watch ended at once: {exc}", ExitCode.SERVER) from None
@@ -120,11 +141,18 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
         delay = min(RECONNECT_MAX_SECONDS, delay * 2)
 
 
-def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fmt: str) -> None:
+def _resync(
+    printed: dict[str, Any],
+    snapshot: dict[str, Any],
+    revision: Any,
+    fmt: str,
+    shape: output.Shape,
+) -> None:
     """Print what changed between what was printed and the new whole state."""
-    print_event({"type": "RESYNC", "revision": revision}, fmt)
+    print_event({"type": "RESYNC", "revision": revision}, fmt, shape)
     for route in sorted(printed.keys() - snapshot.keys()):
-        print_event({"type": "DELETED", "route": route, "object": printed.pop(route)}, fmt)
+        event = {"type": "DELETED", "route": route, "object": printed.pop(route)}
+        print_event(event, fmt, shape)
     for route in sorted(snapshot):
         event = snapshot[route]
         before = printed.get(route)
@@ -132,16 +160,16 @@ def _resync(printed: dict[str, Any], snapshot: dict[str, Any], revision: Any, fm
             continue
         change = {**event, "type": "ADDED" if route not in printed else "MODIFIED"}
         printed[route] = event.get("object")
-        print_event(change, fmt)
+        print_event(change, fmt, shape)
 
 
-def print_event(event: Body, fmt: str) -> None:
+def print_event(event: Body, fmt: str, shape: output.Shape) -> None:
     if fmt == "json":
         print(json.dumps(event, ensure_ascii=False), flush=True)
     elif fmt == "yaml":
         print("---\n" + output.dump(event, "yaml"), flush=True)
     else:
-        print(output.event_line(event), flush=True)
+        print(output.event_line(event, shape), flush=True)
 
 
 def cmd_get(client: SloClient, args: argparse.Namespace) -> int:
@@ -194,9 +222,8 @@ def cmd_set(client: SloClient, args: argparse.Namespace) -> int:
             ) from None
         warnings(client)
         if args.output == "table":
-            done = "would be updated (dry run)" if args.dry_run else "updated"
-            print(f"{output.printable(route)}: {done}")
-            print("\n".join(output.changes(before, stored)) or "  (no visible change)")
+            said_done(route, args.dry_run, "updated")
+            show_changes(before, stored)
         else:
             show(stored, args.output)
         return ExitCode.OK
@@ -221,8 +248,7 @@ def cmd_apply(client: SloClient, args: argparse.Namespace) -> int:
         results.append(stored)
         warnings(client)
         if args.output == "table":
-            done = "would be configured (dry run)" if args.dry_run else "configured"
-            print(f"{output.printable(route)}: {done}")
+            said_done(route, args.dry_run, "configured")
     if args.output != "table" and results:
         show(results if many else results[0], args.output)
     return failure.exit_code if failure else ExitCode.OK
@@ -233,8 +259,7 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
     result = client.delete(route, dry_run=args.dry_run, force=args.force)
     warnings(client)
     if args.output == "table":
-        done = "would be reset (dry run)" if args.dry_run else "reset to defaults"
-        print(f"{output.printable(route)}: {done}")
+        said_done(route, args.dry_run, "reset to defaults", would="would be reset")
         return ExitCode.OK
     if result is None:
         # 204 carries no body; show what the route looks like now.
@@ -245,12 +270,7 @@ def cmd_reset(client: SloClient, args: argparse.Namespace) -> int:
 
 def cmd_history(client: SloClient, args: argparse.Namespace) -> int:
     entries = client.history(args.route)
-    if args.output != "table":
-        show(entries, args.output)
-    elif entries:
-        print(output.history_table(entries))
-    else:
-        warn(f"no recorded changes for {args.route}")
+    show_list(entries, args.output, output.history_table, f"no recorded changes for {args.route}")
     return ExitCode.OK
 
 
@@ -302,9 +322,8 @@ def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
             details=("hint: look at `sloctl history ROUTE` again, then retry",),
         ) from None
     if args.output == "table":
-        done = "would be reverted (dry run)" if args.dry_run else "reverted"
-        print(f"{output.printable(route)}: {done} to {output.printable(args.entry)}")
-        print("\n".join(output.changes(current, stored)) or "  (no visible change)")
+        said_done(route, args.dry_run, "reverted", then=f" to {output.printable(args.entry)}")
+        show_changes(current, stored)
     else:
         show(stored, args.output)
     return ExitCode.OK

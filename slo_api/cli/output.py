@@ -73,43 +73,48 @@ def bound(value: Any) -> str:
 
 # -- list ------------------------------------------------------------------------------------
 
-SLO_COLUMNS = ("PRIORITY", "MIN", "MAX")
-POOL_COLUMNS = ("POLICY", "BUDGET", "RESIDENT")
+# The column sloctl shows for each summary field it shows. Which fields a kind's summaries hold
+# is the server's to say (`SloClient.summary_fields`); the kinds that hold the same fields share
+# their columns.
+COLUMNS = {
+    "priority": "PRIORITY",
+    "minimumDeployment": "MIN",
+    "maximumDeployment": "MAX",
+    "swapPolicy": "POLICY",
+    "swapBudget": "BUDGET",
+    "residentMember": "RESIDENT",
+}
+Shape = dict[str, list[str]]
 
 
-def summaries_table(items: Sequence[dict[str, Any]]) -> str:
-    """One row per route; the SLO and pool column groups appear only when some row needs them."""
-    has_pool = any(item.get("kind") == "pool" for item in items)
-    has_slo = any(item.get("kind") != "pool" for item in items)
-    header = ["ROUTE", "KIND"]
-    if has_slo:
-        header += SLO_COLUMNS
-    if has_pool:
-        header += POOL_COLUMNS
+def _shown(shape: Shape, kind: Any) -> tuple[str, ...]:
+    return tuple(name for name in shape.get(kind, []) if name in COLUMNS) if kind else ()
+
+
+def _groups(shape: Shape) -> list[tuple[tuple[str, ...], set[str]]]:
+    """The column groups: each set of shown fields, and the kinds whose summaries hold it."""
+    groups: dict[tuple[str, ...], set[str]] = {}
+    for kind in shape:
+        if fields := _shown(shape, kind):
+            groups.setdefault(fields, set()).add(kind)
+    return list(groups.items())
+
+
+def _value(value: Any) -> str:
+    return MISSING if value is None or value == "" else bound(value)
+
+
+def summaries_table(items: Sequence[dict[str, Any]], shape: Shape) -> str:
+    """One row per route; a column group appears only when some row's kind holds it."""
+    kinds = {k for item in items for k in (item.get("kinds") or [item.get("kind")])}
+    groups = [(fields, of) for fields, of in _groups(shape) if of & kinds]
+    header = ["ROUTE", "KIND"] + [COLUMNS[name] for fields, _ in groups for name in fields]
     rows = [header]
     for item in items:
         row = [scalar(item.get("route", MISSING)), _kind_cell(item)]
-        is_slo = item.get("kind") in ("llm", "job")
-        if has_slo:
-            row += (
-                [
-                    scalar(item.get("priority", MISSING)),
-                    bound(item.get("minimumDeployment")),
-                    bound(item.get("maximumDeployment")),
-                ]
-                if is_slo
-                else [MISSING] * len(SLO_COLUMNS)
-            )
-        if has_pool:
-            row += (
-                [
-                    _cell(item.get("swapPolicy")),
-                    _cell(item.get("swapBudget")),
-                    _cell(item.get("residentMember")),
-                ]
-                if item.get("kind") == "pool"
-                else [MISSING] * len(POOL_COLUMNS)
-            )
+        for fields, of in groups:
+            mine = item.get("kind") in of
+            row += [_value(item.get(name)) if mine else MISSING for name in fields]
         rows.append(row)
     return columns(rows)
 
@@ -136,23 +141,16 @@ def columns(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def event_line(event: dict[str, Any]) -> str:
+def event_line(event: dict[str, Any], shape: Shape) -> str:
     """One change as a line: TYPE ROUTE KIND and the route's summary fields."""
     item = event.get("object") if isinstance(event.get("object"), dict) else {}
     assert isinstance(item, dict)
     cells = [f"{scalar(event.get('type', MISSING)):<8}", scalar(event.get("route", MISSING))]
     cells.append(_kind_cell(item))
-    if item.get("kind") in ("llm", "job"):
+    if not item.get("ambiguous"):
         cells += [
-            f"priority={scalar(item.get('priority', MISSING))}",
-            f"min={bound(item.get('minimumDeployment'))}",
-            f"max={bound(item.get('maximumDeployment'))}",
-        ]
-    elif item.get("kind") == "pool":
-        cells += [
-            f"policy={_cell(item.get('swapPolicy'))}",
-            f"budget={_cell(item.get('swapBudget'))}",
-            f"resident={_cell(item.get('residentMember'))}",
+            f"{COLUMNS[name].lower()}={_value(item.get(name))}"
+            for name in _shown(shape, item.get("kind"))
         ]
     return "  ".join(cells)
 

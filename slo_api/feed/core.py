@@ -218,8 +218,8 @@ class Feed:
                 if stream.cursor < floor:
                     self.end(
                         stream,
-                        "too_slow",
-                        "the stream fell further behind than the history keeps; "
+                        code="too_slow",
+                        message="the stream fell further behind than the history keeps; "
                         "watch again without since",
                     )
 

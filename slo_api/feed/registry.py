@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from slo_api.errors import ApiError
 from slo_api.feed.history import History
@@ -34,6 +34,14 @@ class StreamAccess(Protocol):
         ApiError(403, code "forbidden") when the caller may no longer list+watch anywhere.
         """
         ...
+
+
+class Ending(NamedTuple):
+    """A stream to end, with the code (one of errors.STREAM_ERRORS) and message of its ERROR."""
+
+    stream: Stream
+    code: str
+    message: str
 
 
 class TooManyStreams(Exception):
@@ -110,10 +118,10 @@ class Registry:
     def on(self, history: History) -> list[Stream]:
         return [s for s in self.streams if s.history is history]
 
-    async def recheck(self) -> list[tuple[Stream, str, str]]:
+    async def recheck(self) -> list[Ending]:
         """Ask each stream's access again; the streams to end, with an ERROR code and message."""
         pending = [s for s in self.streams if s.access is not None and s.ended is None]
-        verdicts: list[tuple[Stream, str, str]] = []
+        verdicts: list[Ending] = []
 
         async def worker() -> None:
             while pending:
@@ -123,7 +131,7 @@ class Registry:
                     allowed = await stream.access.allowed()
                 except ApiError as exc:
                     if exc.status in (401, 403):
-                        verdicts.append((stream, exc.code, exc.message))
+                        verdicts.append(Ending(stream, exc.code, exc.message))
                     else:
                         # Not an answer about this caller (the API server is down): keep the
                         # stream, ask again next time, as a request would be retried.
@@ -134,10 +142,11 @@ class Registry:
                     continue
                 if allowed != stream.allowed:
                     verdicts.append(
-                        (
+                        Ending(
                             stream,
-                            "expired",
-                            "what this identity may list changed; watch again without since",
+                            code="expired",
+                            message="what this identity may list changed; watch again "
+                            "without since",
                         )
                     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -62,6 +62,7 @@ class LLMBody(SLOBody):
 class LLMKind(SLOKind):
     name = "llm"
     body_model = LLMBody
+    reset_spec: ClassVar[Obj] = {**SLOKind.reset_spec, "ttft": None, "otps": None}
 
     def project(self, obj: Obj, pools: PoolLookup) -> Obj:
         s = spec(obj)
@@ -76,6 +77,3 @@ class LLMKind(SLOKind):
             **self.common_patch(body, current, pools),
             **sections_patch(body, current, SECTIONS),
         }
-
-    def reset_patch(self, current: Obj) -> Obj:
-        return {**super().reset_patch(current), "ttft": None, "otps": None}

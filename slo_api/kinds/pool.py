@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from slo_api.errors import invalid
 from slo_api.kinds.base import (
-    GO_DURATION_MAX,
-    GO_DURATION_PATTERN,
     Body,
     Kind,
     Managed,
     Obj,
     PoolLookup,
     check_read_only,
-    go_duration_ns,
     present,
     spec,
 )
+from slo_api.kinds.goduration import GO_DURATION_MAX, GO_DURATION_PATTERN, go_duration_ns
+from slo_api.route_names import MAX_ROUTE, route_problem
 
 _NULLABLE = ("default", "reclaimAfter")
 
@@ -46,8 +45,16 @@ _DURATION = Field(
 )
 
 
+def _route_name(value: str | None) -> str | None:
+    # The default is a member's route: the one rule for route names, not a restatement of it.
+    problem = None if value is None else route_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class PoolSettings(Body):
-    default: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    default: Annotated[str, Field(min_length=1, max_length=MAX_ROUTE)] | None = None
     swapPolicy: Literal["sticky", "reclaim"] | None = None
     swapBudget: Annotated[str, _DURATION] | None = None
     reclaimAfter: Annotated[str, _DURATION] | None = None
@@ -55,6 +62,7 @@ class PoolSettings(Body):
     gpu: int | None = Field(None, description="Read-only.")
 
     _durations = field_validator("swapBudget", "reclaimAfter")(_positive_duration)
+    _default = field_validator("default")(_route_name)
 
 
 class MemberStatus(Body):
@@ -113,6 +121,17 @@ def status_view(obj: Obj) -> Obj:
 class PoolKind(Kind):
     name = "pool"
     body_model = PoolBody
+    summary_fields: ClassVar[dict[str, str]] = {
+        "swapPolicy": "pool.swapPolicy",
+        "swapBudget": "pool.swapBudget",
+        "residentMember": "status.residentMember",
+    }
+    reset_spec: ClassVar[Obj] = {
+        "swapPolicy": "sticky",
+        "swapBudget": "300s",
+        "default": None,
+        "reclaimAfter": None,
+    }
     groups_routes = True
 
     def route_of(self, obj: Obj) -> str:
@@ -140,18 +159,6 @@ class PoolKind(Kind):
             "kind": self.name,
             "pool": self.settings(obj),
             "status": status_view(obj),
-        }
-
-    def summary(self, obj: Obj) -> Obj:
-        s = spec(obj)
-        return {
-            "route": self.route_of(obj),
-            "kind": self.name,
-            **present(
-                swapPolicy=s.get("swapPolicy"),
-                swapBudget=s.get("swapBudget"),
-                residentMember=status_view(obj)["residentMember"],
-            ),
         }
 
     def spec_patch(self, body: Body, current: Obj, pools: PoolLookup) -> Obj:
@@ -187,8 +194,9 @@ class PoolKind(Kind):
             )
         return patch
 
-    def reset_patch(self, current: Obj) -> Obj:
-        return {"swapPolicy": "sticky", "swapBudget": "300s", "default": None, "reclaimAfter": None}
+    @classmethod
+    def reset_body(cls) -> Obj:
+        return {"pool": super().reset_body()}
 
     def api_field(self, spec_field: str) -> str:
         if spec_field.startswith("members"):

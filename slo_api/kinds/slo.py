@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -55,6 +55,16 @@ def _bound(obj: Any) -> Obj | None:
 class SLOKind(Kind):
     """LLMSLORequirement and JobSLORequirement: routes named by spec.serviceId."""
 
+    summary_fields: ClassVar[dict[str, str]] = {
+        name: name
+        for name in ("highPriority", "priority", "minimumDeployment", "maximumDeployment")
+    }
+    reset_spec: ClassVar[Obj] = {
+        "priority": 0,
+        "minimumDeployment": {"type": "replica", "value": 1},
+        "maximumDeployment": None,
+    }
+
     def route_of(self, obj: Obj) -> str:
         service_id = spec(obj).get("serviceId")
         return service_id if isinstance(service_id, str) else ""
@@ -73,8 +83,8 @@ class SLOKind(Kind):
             ),
         }
 
-    def summary(self, obj: Obj) -> Obj:
-        return self.common(obj)
+    def summary_body(self, obj: Obj) -> Obj:
+        return self.common(obj)  # the body's first part: its summary fields and no more
 
     def pool_view(self, obj: Obj, pools: PoolLookup) -> Obj | None:
         meta = obj.get("metadata", {})
@@ -134,13 +144,6 @@ class SLOKind(Kind):
             # false lowers only "high" (10) to 0; a tier 1..9 that someone chose stays.
             return HIGH_PRIORITY if high else 0
         return None
-
-    def reset_patch(self, current: Obj) -> Obj:
-        return {
-            "priority": 0,
-            "minimumDeployment": {"type": "replica", "value": 1},
-            "maximumDeployment": None,
-        }
 
     def api_field(self, spec_field: str) -> str:
         return spec_field

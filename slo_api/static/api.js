@@ -1,18 +1,8 @@
-// Calls to slo-api and the status line. Every URL is relative to the page (`config?...`,
-// `routes/NAME`), so the page works behind a gateway that rewrites a path prefix.
+// Calls to slo-api: fetch and the error envelope, nothing the page shows. Every URL is relative
+// to the page (`config?...`, `routes/NAME`), so the page works behind a gateway that rewrites a
+// path prefix.
 
-import { API, $, state } from "./state.js";
-import { setTokenState } from "./token.js";
-
-export function setStatus(message, level, actions) {
-  const status = $("status");
-  status.className = "status " + (level || "info");
-  status.textContent = message || "";
-  const box = $("status-actions");
-  box.replaceChildren(...(actions || []));
-}
-
-// -- API
+import { API, state } from "./state.js";
 
 export async function api(method, path, options) {
   const opts = options || {};
@@ -43,28 +33,4 @@ export async function api(method, path, options) {
     result.error.requestId = response.headers.get("X-Request-Id");
   }
   return result;
-}
-
-export function describe(error) {
-  const rid = error.requestId ? " (request " + error.requestId + ")" : "";
-  return (error.message || error.code || "Request failed") + rid;
-}
-
-// Common answers for any call; returns true when handled.
-export function handleCommon(result) {
-  if (result.status === 401) {
-    setStatus("The token was not accepted. Enter a valid API token.", "error");
-    setTokenState(false);
-    $("token-input").focus();
-    return true;
-  }
-  if (result.status === 403) {
-    setStatus("This token may not do that: " + describe(result.error), "error");
-    return true;
-  }
-  if (result.status === 0 || result.status === 503 || result.status >= 500) {
-    setStatus("The service could not answer: " + describe(result.error), "error");
-    return true;
-  }
-  return false;
 }

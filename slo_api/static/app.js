@@ -1,14 +1,56 @@
 // slo-api demo page: list routes, edit one, save with If-Match, reset; follow changes live.
-// Plain ES2020 modules, no build step, no external requests.
+// Plain ES2020 modules, no build step, no external requests. This module wires them: the ones
+// below announce events (state.js's bus) and it says who acts on each. The layers, bottom up:
+// state, dom, status, api; the models (routes, schema); the views (list, form, history, token,
+// and their helpers); the controllers (editor, live); this.
 
-import { $, state } from "./state.js";
-import { setStatus } from "./api.js";
-import { initToken } from "./token.js";
-import { loadRoutes, renderList } from "./list.js";
-import { selectRoute } from "./editor.js";
-import { startLive } from "./live.js";
+import { state, on } from "./state.js";
+import { $ } from "./dom.js";
+import { setStatus, describe, handleCommon } from "./status.js";
+import { fetchSummaries, replaceRoutes } from "./routes.js";
+import { renderList, markSelected } from "./list.js";
+import { initToken, tokenRejected } from "./token.js";
+import { selectRoute, showPlaceholder, routeChanged, save, resetRoute } from "./editor.js";
+import { startLive, stopLive } from "./live.js";
+
+async function loadRoutes() {
+  if (!state.token) {
+    setStatus("Enter the API token to load the routes.", "info");
+    return;
+  }
+  setStatus("Loading routes…", "info");
+  const result = await fetchSummaries();
+  if (!result.ok) {
+    if (!handleCommon(result)) setStatus("Could not load the routes: " + describe(result.error), "error");
+    return;
+  }
+  const items = result.items;
+  replaceRoutes(items);
+  setStatus("Loaded " + items.length + " route" + (items.length === 1 ? "" : "s") + ".", "info");
+}
+
+function wire() {
+  on("routes", renderList);
+  on("selected", markSelected);
+  on("open", (route) => selectRoute(route));
+  on("reload", (route) => selectRoute(route, true));
+  on("save", save);
+  on("reset", resetRoute);
+  on("change", routeChanged);
+  on("unauthorized", tokenRejected);
+  on("token-set", () => loadRoutes().then(() => {
+    startLive();
+    if (state.selected) selectRoute(state.selected, true);
+  }));
+  on("token-forgotten", () => {
+    stopLive();
+    replaceRoutes([]);
+    showPlaceholder("Enter the API token, then pick a route from the list.");
+  });
+}
 
 function init() {
+  wire();
   initToken();
   $("kind-filter").addEventListener("change", renderList);
   $("search").addEventListener("input", renderList);

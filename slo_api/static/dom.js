@@ -1,5 +1,7 @@
 // DOM and value helpers.
 
+export const $ = (id) => document.getElementById(id);
+
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {

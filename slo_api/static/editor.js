@@ -1,9 +1,12 @@
-// The open route: selecting, loading into the form, saving with If-Match, resetting.
+// The open route: selecting, loading into the form, saving with If-Match, resetting. Selecting
+// announces "selected" (the route).
 
-import { $, state } from "./state.js";
-import { h, clone, same } from "./dom.js";
-import { setStatus, api, describe, handleCommon } from "./api.js";
-import { markSelected, refreshListQuietly } from "./list.js";
+import { state, emit } from "./state.js";
+import { $, h, clone, same } from "./dom.js";
+import { api } from "./api.js";
+import { setStatus, describe, handleCommon } from "./status.js";
+import { refreshRoutes } from "./routes.js";
+import { boundTypes, loadSchema, resetValues } from "./schema.js";
 import { buildBody } from "./body.js";
 import { clearFieldErrors, showErrors } from "./field-errors.js";
 import { renderEditor } from "./form.js";
@@ -21,11 +24,19 @@ export async function selectRoute(route, force) {
   }
   state.selected = route;
   const seq = ++state.seq;
-  markSelected();
+  emit("selected", route);
   history.replaceState(null, "", "#" + encodeURIComponent(route));
   $("editor-heading").textContent = route;
-  const result = await api("GET", "routes/" + encodeURIComponent(route));
+  // The form's choices come from the API's description, read along with the route.
+  const [result, schema] = await Promise.all([api("GET", "routes/" + encodeURIComponent(route)), loadSchema()]);
   if (seq !== state.seq) return;
+  if (result.ok && !schema.ok) {
+    state.original = state.draft = state.etag = null;
+    if (handleCommon(schema)) return;
+    showPlaceholder("Could not read the API description: " + describe(schema.error));
+    setStatus("Could not read the API description.", "error");
+    return;
+  }
   if (!result.ok) {
     state.original = state.draft = state.etag = null;
     if (handleCommon(result)) return;
@@ -56,15 +67,18 @@ export function showPlaceholder(text) {
 export function toDraft(route) {
   const d = clone(route);
   const str = (v) => (v === undefined || v === null ? "" : String(v));
+  // What a field left unset reads as: the value a reset gives it.
+  const unset = resetValues(d.kind);
   if (d.kind === "pool") {
     const p = d.pool || {};
-    d.pool = { ...p, default: str(p.default), swapPolicy: p.swapPolicy || "sticky",
+    d.pool = { ...p, default: str(p.default), swapPolicy: p.swapPolicy || unset.pool.swapPolicy,
                swapBudget: str(p.swapBudget), reclaimAfter: str(p.reclaimAfter) };
     return d;
   }
   d.priority = str(d.priority);
-  const bound = (b) => (b ? { type: b.type || "replica", value: str(b.value) } : null);
-  d.minimumDeployment = bound(d.minimumDeployment) || { type: "replica", value: "1" };
+  const fallback = boundTypes(d.kind).fallback;
+  const bound = (b) => (b ? { type: b.type || fallback, value: str(b.value) } : null);
+  d.minimumDeployment = bound(d.minimumDeployment) || bound(unset.minimumDeployment);
   d.maximumDeployment = bound(d.maximumDeployment);
   const metrics = (ms) => (ms || []).map((m) => ({ type: m.type, threshold: str(m.threshold) }));
   for (const name of ["ttft", "otps"]) {
@@ -104,7 +118,7 @@ function reloadButton(route) {
                        onclick: () => selectRoute(route, true) });
 }
 
-// The open route changed elsewhere (live.js): a form without edits shows the new values; one
+// The open route changed elsewhere (a "change" from the stream): a form without edits shows the new values; one
 // with unsaved edits keeps them and says so.
 export function routeChanged(event) {
   if (state.writing) {
@@ -194,7 +208,7 @@ async function saveNow(force) {
     }
     const note = forcedNote(result);
     setStatus("Saved " + route + " (" + changed.join(", ") + ")." + note, note ? "warning" : "success");
-    refreshListQuietly();
+    refreshRoutes();
     return;
   }
   if (result.status === 409 && result.error.code === "field_managed") {
@@ -205,8 +219,7 @@ async function saveNow(force) {
   if (result.status === 412) {
     setStatus("Not saved: " + route + " was changed elsewhere since you loaded it. " +
               "Reload to see the current values (your edits here will be lost).", "error",
-              [h("button", { type: "button", class: "primary", text: "Reload route",
-                             onclick: () => selectRoute(route, true) })]);
+              [reloadButton(route)]);
     return;
   }
   if (handleCommon(result)) return;
@@ -218,9 +231,7 @@ async function saveNow(force) {
 async function resetNow(force) {
   const route = state.draft && state.draft.route;
   if (!route) return;
-  const what = state.draft.kind === "pool"
-    ? "swap policy sticky, swap budget 300s, no default and no reclaim delay"
-    : "priority 0, minimum 1 replica, no maximum" + (state.draft.kind === "llm" ? ", no TTFT/OTPS targets" : "");
+  const what = resetText(resetValues(state.draft.kind));
   // A forced reset was confirmed already, with the warning.
   if (!force && !confirm("Reset " + route + " to the defaults (" + what + ")?")) return;
   const headers = state.etag ? { "If-Match": state.etag } : {};
@@ -230,7 +241,7 @@ async function resetNow(force) {
     await selectRoute(route, true);
     const note = forcedNote(result);
     setStatus("Reset " + route + " to the defaults." + note, note ? "warning" : "success");
-    refreshListQuietly();
+    refreshRoutes();
     return;
   }
   if (result.status === 409 && result.error.code === "field_managed") {
@@ -239,9 +250,32 @@ async function resetNow(force) {
   }
   if (result.status === 412) {
     setStatus("Not reset: " + route + " was changed elsewhere since you loaded it.", "error",
-              [h("button", { type: "button", class: "primary", text: "Reload route",
-                             onclick: () => selectRoute(route, true) })]);
+              [reloadButton(route)]);
     return;
   }
   if (!handleCommon(result)) setStatus("Not reset: " + describe(result.error), "error");
+}
+
+// The values a reset sets, as the confirmation names them.
+export function resetText(values) {
+  const bound = (b) => b.value + " " + b.type;
+  const words = {
+    priority: (v) => "priority " + v,
+    minimumDeployment: (v) => "minimum " + bound(v),
+    maximumDeployment: (v) => (v ? "maximum " + bound(v) : "no maximum"),
+    swapPolicy: (v) => "swap policy " + v,
+    swapBudget: (v) => "swap budget " + v,
+    default: (v) => (v ? "default " + v : "no default"),
+    reclaimAfter: (v) => (v ? "reclaim after " + v : "no reclaim delay"),
+  };
+  const fields = { ...values, ...(values.pool || {}) };
+  delete fields.pool;
+  const parts = [];
+  const sections = ["ttft", "otps"].filter((name) => name in fields && fields[name] === null);
+  for (const [field, value] of Object.entries(fields)) {
+    if (sections.includes(field)) continue;
+    parts.push(words[field] ? words[field](value) : field + " " + (value === null ? "unset" : JSON.stringify(value)));
+  }
+  if (sections.length) parts.push("no " + sections.map((name) => name.toUpperCase()).join("/") + " targets");
+  return parts.join(", ");
 }

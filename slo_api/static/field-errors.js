@@ -1,6 +1,7 @@
 // API errors shown beside the field they name.
 
-import { $, state } from "./state.js";
+import { state } from "./state.js";
+import { $ } from "./dom.js";
 
 // `ttft.default.metrics[0].threshold`, `spec.ttft.default.metrics.0.threshold` and
 // `.maximumDeployment.value` all become the dotted path the form's controls carry.

@@ -1,9 +1,10 @@
-// The editor form for each kind of route.
+// The editor form for each kind of route, drawn from state.draft. Its buttons announce what
+// they ask for: "save", "reset", "reload" (the route) and "open" (another route).
 
-import { METRIC_TYPES, BOUND_TYPES, SECTION_TITLES, KIND_LABELS, $, state } from "./state.js";
-import { h, idFor, errorSlot } from "./dom.js";
-import { selectRoute, save, resetRoute } from "./editor.js";
+import { SECTION_TITLES, KIND_LABELS, state, emit } from "./state.js";
+import { $, h, idFor, errorSlot } from "./dom.js";
 import { markManaged } from "./managed.js";
+import { boundTypes, metricTypes, swapPolicies } from "./schema.js";
 
 export function control(tag, path, attrs, ...children) {
   const id = idFor(path);
@@ -53,7 +54,7 @@ export function renderEditor() {
   const kind = d.kind;
   const form = h("form", { id: "route-form", class: "route-form", novalidate: true,
                            "aria-labelledby": "editor-heading" });
-  form.addEventListener("submit", (event) => { event.preventDefault(); save(); });
+  form.addEventListener("submit", (event) => { event.preventDefault(); emit("save"); });
   $("editor-heading").replaceChildren(d.route + " ",
     h("span", { class: "badge badge-" + kind, text: KIND_LABELS[kind] || kind }));
   if (kind === "pool") {
@@ -66,8 +67,8 @@ export function renderEditor() {
   }
   form.append(h("div", { class: "actions" },
     h("button", { type: "submit", class: "primary", text: "Save" }),
-    h("button", { type: "button", class: "secondary", text: "Reload", onclick: () => selectRoute(d.route, true) }),
-    h("button", { type: "button", class: "danger", text: "Reset to defaults…", onclick: resetRoute })));
+    h("button", { type: "button", class: "secondary", text: "Reload", onclick: () => emit("reload", d.route) }),
+    h("button", { type: "button", class: "danger", text: "Reset to defaults…", onclick: () => emit("reset") })));
   markManaged(form, d.managed);
   $("editor-body").replaceChildren(form);
 }
@@ -90,7 +91,7 @@ export function priorityFields(d) {
 }
 
 export function boundsFields(d, kind) {
-  const types = BOUND_TYPES[kind];
+  const types = boundTypes(kind);
   const boundEditor = (bound, path, typesList) => h("div", { class: "inline" },
     fieldRow("Type", bind(control("select", path + ".type", {}, options(typesList, bound.type)), bound, "type")),
     fieldRow("Value", bind(control("input", path + ".value", { type: "number", min: 0, step: 1,
@@ -111,7 +112,7 @@ export function boundsFields(d, kind) {
                     onclick: () => {
                       const minValue = Number(d.minimumDeployment.value) || 1;
                       d.maximumDeployment = { type: types.max.includes(d.minimumDeployment.type)
-                        ? d.minimumDeployment.type : "replica", value: String(Math.max(minValue, 1)) };
+                        ? d.minimumDeployment.type : types.fallback, value: String(Math.max(minValue, 1)) };
                       rerender(idFor("maximumDeployment.value"));
                     } }));
   }
@@ -122,7 +123,7 @@ export function metricsTable(metrics, path, caption) {
   const rows = metrics.map((m, i) => {
     const base = path + "." + i;
     const typeSel = bind(control("select", base + ".type", { "aria-label": caption + " " + (i + 1) + " type" },
-      options(METRIC_TYPES, m.type)), m, "type");
+      options(metricTypes(), m.type)), m, "type");
     const threshold = bind(control("input", base + ".threshold", {
       type: "number", min: 0, step: "any", inputmode: "decimal", value: m.threshold,
       "aria-label": caption + " " + (i + 1) + " threshold" }), m, "threshold");
@@ -143,7 +144,7 @@ export function metricsTable(metrics, path, caption) {
     text: "Add metric", "aria-label": "Add " + caption.toLowerCase(),
     onclick: () => {
       const used = new Set(metrics.map((m) => m.type));
-      metrics.push({ type: METRIC_TYPES.find((t) => !used.has(t)) || "p90", threshold: "" });
+      metrics.push({ type: metricTypes().find((t) => !used.has(t)) || "p90", threshold: "" });
       rerender(idFor(path + "." + (metrics.length - 1) + ".threshold"));
     } });
   const wrapId = idFor(path) + "-wrap";
@@ -216,7 +217,7 @@ export function memberPoolInfo(pool) {
     h("dl", { class: "facts" },
       h("dt", { text: "Pool" }), h("dd", {}, pool.route || "–", " ",
         pool.route ? h("button", { type: "button", class: "link", text: "Open pool",
-                                   onclick: () => selectRoute(pool.route) }) : null),
+                                   onclick: () => emit("open", pool.route) }) : null),
       h("dt", { text: "Resident" }), h("dd", { text: yesNo(pool.resident) }),
       h("dt", { text: "Phase" }), h("dd", { text: pool.phase || "–" })));
 }
@@ -229,7 +230,7 @@ export function poolFields(d) {
   if (p.default && !members.includes(p.default)) {
     memberOptions.push(h("option", { value: p.default, text: p.default + " (not a member)", selected: true }));
   }
-  const policies = ["sticky", "reclaim"];
+  const policies = swapPolicies();
   if (p.swapPolicy && !policies.includes(p.swapPolicy)) policies.push(p.swapPolicy);
   const settings = group("pool", "Pool settings",
     fieldRow("Default member", bind(control("select", "pool.default", {}, memberOptions), p, "default"),

@@ -1,9 +1,10 @@
 // The open route's history (GET routes/NAME/history): who changed it, when, from what, and a
 // restore of an entry's body, confirmed first and conditional on the version the form loaded.
 
-import { $, state } from "./state.js";
-import { h } from "./dom.js";
-import { setStatus, api, describe, handleCommon } from "./api.js";
+import { state } from "./state.js";
+import { $, h } from "./dom.js";
+import { api } from "./api.js";
+import { setStatus, describe, handleCommon } from "./status.js";
 
 const SHOWN = 20;
 

@@ -1,48 +1,10 @@
-// The route list: loaded page by page, filtered, kept current by live.js.
+// The route list as the route model holds it, filtered; a click announces "open" (a route).
 
-import { PAGE_SIZE, KIND_LABELS, $, state } from "./state.js";
-import { h } from "./dom.js";
-import { setStatus, api, describe, handleCommon } from "./api.js";
-import { selectRoute } from "./editor.js";
-
-export async function loadRoutes() {
-  if (!state.token) {
-    setStatus("Enter the API token to load the routes.", "info");
-    return;
-  }
-  setStatus("Loading routes…", "info");
-  const items = [];
-  for (let page = 1; page <= 1000; page++) {
-    const result = await api("GET", "config?page=" + page + "&pageSize=" + PAGE_SIZE);
-    if (!result.ok) {
-      if (!handleCommon(result)) setStatus("Could not load the routes: " + describe(result.error), "error");
-      return;
-    }
-    const body = result.data || {};
-    const got = Array.isArray(body.items) ? body.items : [];
-    items.push(...got);
-    if (got.length === 0 || items.length >= (body.total || 0)) break;
-  }
-  state.routes = items;
-  renderList();
-  setStatus("Loaded " + items.length + " route" + (items.length === 1 ? "" : "s") + ".", "info");
-}
-
-// A full /config item (what live.js reads) as the summary item the list shows; summary items
-// pass through unchanged.
-export function summaryOf(item) {
-  if (!item || item.ambiguous) return item;
-  if (item.kind === "pool" && item.pool) {
-    return { route: item.route, kind: "pool", swapPolicy: item.pool.swapPolicy, swapBudget: item.pool.swapBudget,
-             residentMember: (item.status || {}).residentMember || null };
-  }
-  if (item.kind === "pool") return item;
-  return { route: item.route, kind: item.kind, highPriority: item.highPriority, priority: item.priority,
-           minimumDeployment: item.minimumDeployment, maximumDeployment: item.maximumDeployment };
-}
+import { KIND_LABELS, state, emit } from "./state.js";
+import { $, h } from "./dom.js";
 
 export function boundText(bound) {
-  return bound ? bound.value + " " + (bound.type || "replica") : "none";
+  return bound ? bound.value + " " + bound.type : "none"; // the server names the type
 }
 
 export function summaryText(item) {
@@ -70,7 +32,7 @@ export function renderList() {
     ? "(" + shown.length + (shown.length === state.routes.length ? "" : " of " + state.routes.length) + ")"
     : "";
   const list = $("route-list");
-  // A redraw (live.js calls this on every change) keeps the keyboard focus where it was.
+  // A redraw (on every live change) keeps the keyboard focus where it was.
   const focused = document.activeElement && list.contains(document.activeElement)
     ? document.activeElement.dataset.route : null;
   list.replaceChildren(...shown.map((item) => {
@@ -79,7 +41,7 @@ export function renderList() {
       type: "button", class: "route-button" + (item.ambiguous ? " ambiguous" : ""),
       "data-route": item.route,
       "aria-current": item.route === state.selected ? "true" : null,
-      onclick: () => selectRoute(item.route),
+      onclick: () => emit("open", item.route),
     },
     h("span", { class: "route-name", text: item.route }),
     h("span", { class: "badge badge-" + (item.ambiguous ? "ambiguous" : item.kind), text: badge }),
@@ -100,17 +62,4 @@ export function markSelected() {
     if (button.dataset.route === state.selected) button.setAttribute("aria-current", "true");
     else button.removeAttribute("aria-current");
   }
-}
-
-export async function refreshListQuietly() {
-  const items = [];
-  for (let page = 1; page <= 1000; page++) {
-    const result = await api("GET", "config?page=" + page + "&pageSize=" + PAGE_SIZE);
-    if (!result.ok) return;
-    const got = (result.data && result.data.items) || [];
-    items.push(...got);
-    if (!got.length || items.length >= (result.data.total || 0)) break;
-  }
-  state.routes = items;
-  renderList();
 }

@@ -1,11 +1,13 @@
 // Follows `GET config?watch=true` so the route list and the open route change as the routes do.
 // fetch with a streamed body rather than EventSource, which cannot send the Authorization header.
 // The stream is read in the full view: the open route needs every field, and the list derives
-// its summary lines from the same items (summaryOf).
+// its summary lines from the same items (summaryOf). A change to the open route is announced
+// ("change", the event).
 
-import { API, $, state } from "./state.js";
-import { renderList, summaryOf } from "./list.js";
-import { routeChanged } from "./editor.js";
+import { API, state, emit } from "./state.js";
+import { $ } from "./dom.js";
+import { applyChange, byRoute, routesChanged, setRoutes, summaryOf } from "./routes.js";
+import { loadSchema } from "./schema.js";
 
 const RETRY_MAX_MS = 15000;
 // The server sends a bookmark at least every 15 s (WATCH_BOOKMARK_SECONDS): a stream silent
@@ -73,6 +75,8 @@ async function readStream(mine) {
 }
 
 async function readEvents(request, heard) {
+  // Its items become summaries as the schema says (summaryOf): read it first.
+  if (!(await loadSchema()).ok) return "lost";
   const url = API + "config?watch=true&view=full" + (since ? "&since=" + encodeURIComponent(since) : "");
   const response = await fetch(url, {
     headers: { Accept: "application/x-ndjson", Authorization: "Bearer " + state.token },
@@ -111,7 +115,7 @@ async function readEvents(request, heard) {
       if (snapshot) {
         if (event.type === "ADDED") snapshot.push(summaryOf(event.object));
         else if (event.type === "BOOKMARK" && event.initial) {
-          state.routes = snapshot.sort((a, b) => (a.route < b.route ? -1 : a.route > b.route ? 1 : 0));
+          setRoutes(byRoute(snapshot));
           snapshot = null;
           scheduleRender();
         }
@@ -123,29 +127,9 @@ async function readEvents(request, heard) {
 }
 
 function apply(event) {
-  const routes = state.routes;
-  const at = lowerBound(routes, event.route);
-  const present = at < routes.length && routes[at].route === event.route;
-  if (event.type === "DELETED") {
-    if (present) routes.splice(at, 1);
-  } else if (present) {
-    routes[at] = summaryOf(event.object);
-  } else {
-    routes.splice(at, 0, summaryOf(event.object));
-  }
+  applyChange(event);
   scheduleRender();
-  if (event.route === state.selected) routeChanged(event);
-}
-
-function lowerBound(routes, route) {
-  let lo = 0;
-  let hi = routes.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (routes[mid].route < route) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  if (event.route === state.selected) emit("change", event);
 }
 
 // Many changes at once (a relist, a script) redraw the list once.
@@ -154,7 +138,7 @@ function scheduleRender() {
   renderPending = true;
   setTimeout(() => {
     renderPending = false;
-    renderList();
+    routesChanged();
   }, 50);
 }
 

@@ -1,12 +1,8 @@
-// The page's shared state and constants.
+// The page's shared state, its constants, and the event bus the layers above talk through: a
+// lower module announces what happened and never calls up into the one that reacts.
 
 export const TOKEN_KEY = "slo-api.token";
 export const PAGE_SIZE = 200;
-export const METRIC_TYPES = ["avg", "p50", "p80", "p90", "p95", "p99"];
-export const BOUND_TYPES = {
-  llm: { min: ["replica", "concurrency", "pdengine"], max: ["replica", "pdengine"] },
-  job: { min: ["replica", "concurrency"], max: ["replica"] },
-};
 export const SECTION_TITLES = {
   ttft: "TTFT: time to first token (seconds)",
   otps: "OTPS: output tokens per second",
@@ -15,7 +11,6 @@ export const KIND_LABELS = { llm: "LLM", job: "Job", pool: "Pool" };
 // Served at .../demo-webui; if reached as .../demo-webui/ step up one level.
 export const API = location.pathname.endsWith("/") ? "../" : "";
 
-export const $ = (id) => document.getElementById(id);
 export const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   routes: [],
@@ -27,3 +22,16 @@ export const state = {
   writing: false, // a PUT or DELETE of the open route is in flight
   missed: null, // the live change to the open route that arrived meanwhile
 };
+
+// -- events (app.js names who listens to what)
+
+const listeners = new Map();
+
+export function on(name, listener) {
+  if (!listeners.has(name)) listeners.set(name, []);
+  listeners.get(name).push(listener);
+}
+
+export function emit(name, detail) {
+  for (const listener of listeners.get(name) || []) listener(detail);
+}

@@ -1,14 +1,20 @@
-// The API token: kept in sessionStorage for this tab only.
+// The API token: kept in sessionStorage for this tab only. A token entered is announced
+// ("token-set"), as is one forgotten ("token-forgotten").
 
-import { TOKEN_KEY, $, state } from "./state.js";
-import { setStatus } from "./api.js";
-import { loadRoutes, renderList } from "./list.js";
-import { selectRoute, showPlaceholder } from "./editor.js";
-import { startLive, stopLive } from "./live.js";
+import { TOKEN_KEY, state, emit } from "./state.js";
+import { $ } from "./dom.js";
+import { setStatus } from "./status.js";
 
 export function setTokenState(ok) {
   $("token-state").textContent = state.token ? (ok === false ? "Token rejected" : "Token set for this tab")
                                              : "No token";
+}
+
+// The service did not accept the token (an "unauthorized" answer).
+export function tokenRejected() {
+  setStatus("The token was not accepted. Enter a valid API token.", "error");
+  setTokenState(false);
+  $("token-input").focus();
 }
 
 export function initToken() {
@@ -24,18 +30,12 @@ export function initToken() {
     sessionStorage.setItem(TOKEN_KEY, value);
     $("token-input").value = "";
     setTokenState(true);
-    loadRoutes().then(() => {
-      startLive();
-      if (state.selected) selectRoute(state.selected, true);
-    });
+    emit("token-set");
   });
   $("token-forget").addEventListener("click", () => {
     state.token = "";
-    stopLive();
     sessionStorage.removeItem(TOKEN_KEY);
-    state.routes = [];
-    renderList();
-    showPlaceholder("Enter the API token, then pick a route from the list.");
+    emit("token-forgotten");
     setTokenState();
     setStatus("Token forgotten.", "info");
     $("token-input").focus();

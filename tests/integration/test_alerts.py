@@ -21,6 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.service import running
+from tests.markdown import anchors
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ CONFIG = REPO / "config"
 MONITORING = CONFIG / "monitoring"
 RULES = MONITORING / "prometheusrule.yaml"
 UNIT_TESTS = REPO / "tests" / "alerts" / "slo-api.test.yaml"
-README = REPO / "README.md"
+RUNBOOK = REPO / "docs" / "runbook.md"
 
 # Metrics the alerts read that slo-api does not export, and who does.
 EXTERNAL = {
@@ -40,8 +41,8 @@ EXTERNAL = {
     "container_memory_working_set_bytes": "the kubelet (cAdvisor)",
 }
 # The runbook_url base as shipped: absolute, and a reserved name (RFC 2606) until an overlay
-# says where README.md is browsable.
-PLACEHOLDER = "https://slo-api-runbooks.invalid/README.md"
+# says where docs/runbook.md is browsable.
+PLACEHOLDER = "https://slo-api-runbooks.invalid/docs/runbook.md"
 PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "inf", "nan"}
 SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -155,23 +156,14 @@ def test_the_unit_tests_catch_an_alert_that_never_fires(tmp_path: Path, alert: s
 # -- what an operator reads ---------------------------------------------------------------------
 
 
-def _github_anchor(heading: str) -> str:
-    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return slug.replace(" ", "-")
-
-
 def test_each_alert_has_a_summary_a_description_and_a_runbook_section() -> None:
-    anchors = {
-        _github_anchor(line.lstrip("#"))
-        for line in README.read_text().splitlines()
-        if line.startswith("#")
-    }
+    sections = anchors(RUNBOOK.read_text())
     for name, rule in _alerts().items():
         annotations = rule["annotations"]
         assert annotations.get("summary"), name
         assert annotations.get("description"), name
         assert annotations.get("runbook_url") == f"{PLACEHOLDER}#{name.lower()}", name
-        assert name.lower() in anchors, f"README.md has no section {name}"
+        assert name.lower() in sections, f"docs/runbook.md has no section {name}"
         assert rule["labels"]["severity"] in ("warning", "critical"), name
 
 
@@ -260,7 +252,7 @@ def test_the_servicemonitor_scrapes_the_service_pods_metrics() -> None:
     assert rule["metadata"]["namespace"] == service["metadata"]["namespace"]
 
 
-RUNBOOKS = "https://git.example.com/platform/slo-api/blob/v0.1.0/README.md"
+RUNBOOKS = "https://git.example.com/platform/slo-api/blob/v0.1.0/docs/runbook.md"
 
 
 def _render_overlay(tmp_path: Path, runbooks: str | None) -> subprocess.CompletedProcess[str]:

@@ -97,6 +97,12 @@ async def test_sloctl_against_the_real_service(
         listed = sloctl(process, "list", "-o", "json")
     assert listed.returncode == 0
     assert any(i["route"] == route for i in json.loads(listed.stdout))
+    # The table's columns are the summary fields the service's /openapi.json names (x-summary).
+    table = sloctl(process, "list", "--kind", "llm")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split()[0]: line.split() for line in table.stdout.splitlines()}
+    assert rows["ROUTE"] == ["ROUTE", "KIND", "PRIORITY", "MIN", "MAX"]
+    assert rows[route] == [route, "llm", "0", "replica:1", "-"]  # the CRD's defaults
 
     got = sloctl(process, "get", route, "-o", "json")
     assert got.returncode == 0

@@ -148,7 +148,7 @@ async def test_every_change_is_recorded_once_with_who_made_it(
         as_history = await one.client.get(f"/routes/{route}/history", headers=nobody)
         assert as_route.status_code == as_history.status_code == 404
         assert as_history.json() == as_route.json()
-        # Stored where README says: one ConfigMap in the CR's namespace, owned by the CR.
+        # Stored where docs/api.md says: one ConfigMap in the CR's namespace, owned by the CR.
         cr = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")
         cm = admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
         assert cm["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]

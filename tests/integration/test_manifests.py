@@ -5,8 +5,9 @@ unknown fields), every kustomization lists exactly the files beside it so `kubec
 cannot silently miss one, each shipped kustomization is rendered and checked for what it must
 and must not install (no CRD or Namespace with the app, CRDs and the namespace kept from pruning,
 user roles opt-in, the NetworkPolicy), and the Deployment, Service and image keep the operational
-checklist (non-root, read-only root filesystem, probes, preStop, resources from README's sizing
-table, topology spread, a grace period covering the drain, token from the Secret).
+checklist (non-root, read-only root filesystem, probes, preStop, resources from the sizing
+table in docs/operating.md, topology spread, a grace period covering the drain, token from the
+Secret).
 The checklist is checked by functions that return problems; each is also shown to catch the
 edit that would break it.
 """
@@ -69,7 +70,7 @@ INSTALLED = {Path("rbac"), Path("manager")}
 
 # After the drain, the lifespan shutdown closes the watches and the Kubernetes client.
 LIFESPAN_SHUTDOWN_SECONDS = 5
-README = REPO / "README.md"
+OPERATING = REPO / "docs" / "operating.md"
 
 
 # -- reading config/ ---------------------------------------------------------------------------
@@ -579,7 +580,7 @@ def _setting(deployment: Obj, name: str) -> Any:
     return Settings.model_fields[name].default
 
 
-# -- README's sizing: the formula, its table, and the manifests that follow it ------------------
+# -- docs/operating.md's sizing: the formula, its table, and the manifests that follow it -------
 
 _FORMULA = re.compile(
     r"1\.25 \u00d7 \((\d+) MiB \+ (\d+) MiB \u00d7 CRs / 10,000 \+ (\d+) MiB"
@@ -590,9 +591,9 @@ ROUND_MIB = 64
 
 
 def sizing_formula() -> Callable[[int], float]:
-    """README's memory limit in MiB for a number of CRs, at the default MAX_WATCHERS."""
-    found = _FORMULA.search(README.read_text())
-    assert found, "README.md has no sizing formula"
+    """The sizing's memory limit in MiB for a number of CRs, at the default MAX_WATCHERS."""
+    found = _FORMULA.search(OPERATING.read_text())
+    assert found, "docs/operating.md has no sizing formula"
     empty, per_10k, history, per_stream_kib = (int(g) for g in found.groups())
     # Three histories (both views and one kind followed alone), each at its default bound.
     assert history == 3 * Settings.model_fields["watch_history_bytes"].default // 2**20
@@ -601,9 +602,9 @@ def sizing_formula() -> Callable[[int], float]:
 
 
 def sizing_table() -> list[tuple[int, Obj]]:
-    """README's table: (CRs, the resources it sizes them with), smallest first."""
+    """The sizing table: (CRs, the resources it sizes them with), smallest first."""
     rows = []
-    for line in README.read_text().splitlines():
+    for line in OPERATING.read_text().splitlines():
         found = _ROW.match(line.strip())
         if found:
             crs, memory, cpu_request, cpu_limit = found.groups()
@@ -612,7 +613,7 @@ def sizing_table() -> list[tuple[int, Obj]]:
                 "limits": {"cpu": cpu_limit, "memory": f"{memory}Mi"},
             }
             rows.append((int(crs.replace(",", "")), resources))
-    assert len(rows) >= 3, "README.md's sizing table was not found"
+    assert len(rows) >= 3, "docs/operating.md's sizing table was not found"
     return sorted(rows, key=lambda r: r[0])
 
 
@@ -621,11 +622,11 @@ def sizing_problems(resources: Obj) -> list[str]:
         # Every replica holds the same index: overcommitted, they would be killed together.
         return ["the memory request is not the limit"]
     if resources not in [r for _, r in sizing_table()]:
-        return [f"resources {resources} are no row of README's sizing table"]
+        return [f"resources {resources} are no row of the sizing table in docs/operating.md"]
     return []
 
 
-def test_readmes_sizing_table_follows_its_formula() -> None:
+def test_the_sizing_table_follows_its_formula() -> None:
     limit = sizing_formula()
     for crs, resources in sizing_table():
         memory = int(resources["limits"]["memory"].removesuffix("Mi"))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from slo_api.app import create_app
 from slo_api.metrics import Metrics
@@ -16,6 +19,13 @@ from tests.unit.fakes import FakeKube
 
 TOKEN = "unit-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@functools.cache
+def served_openapi() -> dict[str, Any]:
+    """What slo-api serves at /openapi.json (openapi.yaml is that: test_openapi.py says so)."""
+    doc: dict[str, Any] = yaml.safe_load((Path(__file__).parents[2] / "openapi.yaml").read_text())
+    return doc
 
 
 def llm_cr(name: str, route: str | None = None, **spec: Any) -> dict[str, Any]:

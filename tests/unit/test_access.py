@@ -116,7 +116,7 @@ def test_settings_need_static_tokens_or_kubernetes_auth() -> None:
     with pytest.raises(ValidationError, match="SLO_API_KUBERNETES_AUTH"):
         Settings(_env_file=None)
     only_kubernetes = Settings(slo_api_kubernetes_auth=True, slo_api_token_audiences=" x, y ,")
-    assert only_kubernetes.token_audiences == ["x", "y"]
+    assert only_kubernetes.slo_api_token_audiences == ("x", "y")
 
 
 async def test_reviews_are_cached_by_token_hash_and_never_hold_the_token(start: Started) -> None:

@@ -341,18 +341,15 @@ class _Reviewer:
     def __init__(self, body: bytes) -> None:
         self.body = body
 
-    async def _answer(self, *_: Any, **__: Any) -> _Response:
+    async def call_api(self, *_: Any, **__: Any) -> _Response:
         return _Response(self.body)
-
-    create_token_review = create_subject_access_review = _answer
 
 
 @pytest.mark.parametrize(
     "body", [b"<html>proxy error</html>", b"[]", b'{"status": "allowed"}', b'{"status": [true]}']
 )
 async def test_a_review_answer_that_cannot_be_read_is_a_failed_review(body: bytes) -> None:
-    kube = Kube(None, timeout=1)
-    kube._authn = kube._authz = _Reviewer(body)  # type: ignore[assignment]
+    kube = Kube(_Reviewer(body), timeout=1)
     with pytest.raises(KubeError):
         await kube.review_access({"user": "x"})
     with pytest.raises(KubeError):

@@ -26,7 +26,8 @@ from slo_api.kinds.llm import LLMKind
 from slo_api.kube import Kube, KubeError, Resource
 from slo_api.metrics import Metrics
 from slo_api.service import Service, Target
-from slo_api.settings import Settings, group_list
+from slo_api.settings import Settings
+from slo_api.watching import Loops
 
 Obj = dict[str, Any]
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
@@ -124,13 +125,7 @@ class GroupsKube(Kube):
 def make_watch(kube: GroupsKube, groups: tuple[str, ...] = (NEW, OLD)) -> KindWatch:
     kind: Kind = LLMKind(Resource(groups[0], "v1alpha1", PLURAL), groups)
     return KindWatch(
-        kube,
-        kind,
-        Service.index_for([kind]),
-        Metrics(),
-        crd_recheck_seconds=3600,
-        watch_timeout_seconds=300,
-        inactivity_seconds=90,
+        Loops(kube, Service.index_for([kind]), Metrics(), crd_recheck_seconds=3600), kind
     )
 
 
@@ -490,9 +485,9 @@ def test_a_target_names_the_group_of_the_copy_it_resolved_to() -> None:
 
 def test_the_default_groups() -> None:
     settings = Settings(slo_api_token="x" * 16)
-    assert group_list(settings.llm_group) == (NEW, OLD)
-    assert group_list(settings.job_group) == (NEW, OLD)
-    assert group_list(settings.pool_group) == ("inference.llmkube.dev",)
+    assert settings.llm_group == (NEW, OLD)
+    assert settings.job_group == (NEW, OLD)
+    assert settings.pool_group == ("inference.llmkube.dev",)
     llm, job, pool = build_kinds(settings)
     assert job.groups == (NEW, OLD)
     assert llm.groups == (NEW, OLD)
@@ -502,7 +497,7 @@ def test_the_default_groups() -> None:
 
 def test_a_group_list_is_read_in_order_with_spaces_trimmed() -> None:
     settings = Settings(slo_api_token="x" * 16, llm_group=f" {OLD} , {NEW} ")
-    assert group_list(settings.llm_group) == (OLD, NEW)
+    assert settings.llm_group == (OLD, NEW)
     assert build_kinds(settings)[0].resource.group == OLD
 
 

@@ -65,6 +65,10 @@ async def test_query_validation_errors_are_400_with_the_field(start: Started) ->
             assert response.status_code == 400, params
             assert response.json()["error"]["code"] == "invalid_request"
             assert response.json()["error"]["field"] == field
+            # The same causes as a body's: named by the parameter, not by where it was sent.
+            (cause,) = response.json()["error"]["causes"]
+            assert cause["field"] == field
+            assert cause["message"].startswith(f"{field}: "), cause
 
 
 async def test_request_id_is_echoed_or_generated(start: Started) -> None:
@@ -171,6 +175,13 @@ async def test_body_limits_413_and_415(start: Started) -> None:
             "/routes/a", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
         )
         assert chunked.status_code == 413
+        # Refused before the body is read, or while it is: one encoder, one envelope.
+        assert declared.content == chunked.content
+        for header in ("content-type", "x-request-id", "x-content-type-options"):
+            assert header in declared.headers, header
+            assert header in chunked.headers, header
+        assert declared.headers["content-type"] == chunked.headers["content-type"]
+        assert declared.headers["connection"] == "close"  # the unread body ends the connection
         text = await client.put(
             "/routes/a", content=b"priority=1", headers={**AUTH, "Content-Type": "text/plain"}
         )

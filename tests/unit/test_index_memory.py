@@ -1,5 +1,5 @@
 """What the index costs per CR: every replica holds every CR, so this decides how many routes a
-pod of a given size can serve (README's sizing table comes from `make bench`)."""
+pod of a given size can serve (docs/operating.md's sizing table comes from `make bench`)."""
 
 from __future__ import annotations
 

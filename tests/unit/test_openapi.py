@@ -30,3 +30,13 @@ def test_each_kind_has_a_body_schema_and_errors_share_the_envelope() -> None:
     ids = [op["operationId"] for path in doc["paths"].values() for op in path.values()]
     assert len(ids) == len(set(ids))
     assert {"getRoute", "putRoute", "deleteRoute", "listRoutes", "getRouteConfig"} <= set(ids)
+
+
+def test_the_summary_schema_has_every_kinds_summary_fields_and_no_other() -> None:
+    summary = yaml.safe_load(render())["components"]["schemas"]["Summary"]
+    by_kind = summary["x-summary"]
+    assert set(by_kind) == {"llm", "job", "pool"}
+    assert by_kind["pool"]["residentMember"] == "status.residentMember"
+    fields = {name for fields in by_kind.values() for name in fields}
+    ambiguous = {"ambiguous", "kinds", "count"}
+    assert set(summary["properties"]) == {"route", "kind"} | fields | ambiguous

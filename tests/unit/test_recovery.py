@@ -25,7 +25,7 @@ from slo_api.kube import Kube, KubeError, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
 from slo_api.recovery import Recovery, supervise
 from slo_api.service import Service
-from slo_api.watching import Informer
+from slo_api.watching import Informer, Loops
 from tests.unit import vtime
 
 Obj = dict[str, Any]
@@ -113,19 +113,7 @@ def informers(kube: OutageKube, shared: Recovery) -> list[Informer]:
     kinds: list[Kind] = [LLMKind(RESOURCES[0]), JobKind(RESOURCES[1]), PoolKind(RESOURCES[2])]
     index = Service.index_for(kinds)
     metrics = Metrics()
-    return [
-        Informer(
-            kube,
-            kind,
-            index,
-            metrics,
-            crd_recheck_seconds=60,
-            watch_timeout_seconds=300,
-            inactivity_seconds=90,
-            recovery=shared,
-        )
-        for kind in kinds
-    ]
+    return [Informer(Loops(kube, index, metrics), kind, recovery=shared) for kind in kinds]
 
 
 async def outage(down_for: float, *, probe: bool = True) -> tuple[OutageKube, float]:
@@ -300,3 +288,31 @@ def test_a_supervised_task_that_fails_or_returns_is_counted_and_restarted(
     messages = [r.getMessage() for r in caplog.records]
     assert any("failed unexpectedly" in m for m in messages)
     assert any("never should" in m for m in messages)
+
+
+def test_stop_tasks_ends_a_task_that_lost_its_cancellation_even_when_itself_cancelled() -> None:
+    async def stubborn(started: asyncio.Event) -> None:
+        # As asyncio.wait_for on Python 3.11 can: the first cancellation is dropped.
+        with contextlib.suppress(asyncio.CancelledError):
+            started.set()
+            await asyncio.Event().wait()
+        await asyncio.Event().wait()
+
+    async def main() -> tuple[bool, bool]:
+        started = asyncio.Event()
+        task = asyncio.create_task(stubborn(started))
+        await started.wait()
+        stopping = asyncio.create_task(recovery.stop_tasks([task]))
+        await asyncio.sleep(0)  # stop_tasks has cancelled the task once and waits
+        stopping.cancel()
+        try:
+            await stopping
+        except asyncio.CancelledError:
+            raised = True
+        else:
+            raised = False
+        return task.done(), raised
+
+    ended, raised = vtime.run(main())
+    assert ended, "the task is stopped before the caller's cancellation goes on"
+    assert raised, "the caller's cancellation is not swallowed"

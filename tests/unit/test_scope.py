@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from slo_api.kube import Resource
-from slo_api.settings import Settings, namespace_list
+from slo_api.settings import Settings
 from tests.unit.conftest import Started
 from tests.unit.fakes import FakeKube
 from tests.unit.test_groups import NEW, OLD, GroupsKube, cr, deleted, make_watch, until
@@ -54,13 +54,10 @@ def names(watch: Any) -> set[tuple[str, str]]:
 
 
 def test_no_namespaces_means_every_namespace() -> None:
-    assert namespace_list(Settings(slo_api_token="x" * 16).watch_namespaces) == ()
-    assert (
-        namespace_list(Settings(slo_api_token="x" * 16, watch_namespaces=" ").watch_namespaces)
-        == ()
-    )
+    assert Settings(slo_api_token="x" * 16).watch_namespaces == ()
+    assert Settings(slo_api_token="x" * 16, watch_namespaces=" ").watch_namespaces == ()
     settings = Settings(slo_api_token="x" * 16, watch_namespaces=" team-a , team-b")
-    assert namespace_list(settings.watch_namespaces) == ("team-a", "team-b")
+    assert settings.watch_namespaces == ("team-a", "team-b")
 
 
 @pytest.mark.parametrize(

@@ -95,3 +95,30 @@ def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLO_API_TOKEN", "short")
     monkeypatch.setattr(sys, "argv", ["slo-api"])
     assert entry.main() == 2
+
+
+def test_list_settings_are_read_from_comma_separated_variables_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WATCH_NAMESPACES", " team-a , team-b")
+    monkeypatch.setenv("LLM_GROUP", "inference.x-k8s.io,inference.modelsphere.dev")
+    monkeypatch.setenv("GITOPS_MANAGERS", "argocd-controller,,flux ,")
+    monkeypatch.setenv("GITOPS_CO_OWNERS", "argocd-controller")
+    monkeypatch.setenv("SLO_API_TOKEN_AUDIENCES", "slo-api")
+    settings = Settings(slo_api_token=TOKEN)
+    assert settings.watch_namespaces == ("team-a", "team-b")
+    assert settings.llm_group == ("inference.x-k8s.io", "inference.modelsphere.dev")
+    assert settings.gitops_managers == ("argocd-controller", "flux")
+    assert settings.gitops_co_owners == ("argocd-controller",)
+    assert settings.slo_api_token_audiences == ("slo-api",)
+
+
+def test_unset_list_settings_are_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("WATCH_NAMESPACES", "GITOPS_CO_OWNERS", "SLO_API_TOKEN_AUDIENCES", "POOL_GROUP"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(slo_api_token=TOKEN)
+    assert settings.watch_namespaces == ()
+    assert settings.gitops_co_owners == ()
+    assert settings.slo_api_token_audiences == ()
+    assert settings.pool_group == ("inference.llmkube.dev",)
+    assert "helm" in settings.gitops_managers

@@ -16,6 +16,7 @@ import respx
 import yaml
 
 from slo_api.cli.__main__ import main
+from tests.unit.conftest import served_openapi
 
 SERVER = "http://slo.test"
 TOKEN = "s3cret"
@@ -100,6 +101,8 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 def api() -> Iterator[respx.MockRouter]:
     # assert_all_mocked: a request the test did not expect fails the test.
     with respx.mock(base_url=SERVER, assert_all_called=False, assert_all_mocked=True) as router:
+        # What a table shows of each kind's summaries is the server's document's to say.
+        router.get("/openapi.json").respond(json=served_openapi())
         yield router
 
 
@@ -189,6 +192,41 @@ def test_list_stops_on_an_empty_page_even_if_total_promises_more(
 
     assert code == 0
     assert json.loads(out) == SUMMARIES[:1]
+
+
+def test_list_table_columns_are_the_kinds_summary_fields_the_server_names(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = copy.deepcopy(served_openapi())
+    # A server whose job summaries hold only a priority: its job rows have no bound columns.
+    doc["components"]["schemas"]["Summary"]["x-summary"]["job"] = {"priority": "priority"}
+    api.get("/openapi.json").respond(json=doc)
+    api.get("/config").respond(json={"items": SUMMARIES[:2], "total": 2})
+
+    code, out, _ = run(capsys, "list")
+
+    assert code == 0
+    rows = table_rows(out)
+    assert rows["ROUTE"] == ["ROUTE", "KIND", "PRIORITY", "MIN", "MAX", "PRIORITY"]
+    assert rows["chat-7b"] == ["chat-7b", "llm", "10", "replica:1", "replica:4", "-"]
+    assert rows["batch-render"] == ["batch-render", "job", "-", "-", "-", "3"]
+
+
+def test_list_table_from_a_server_that_does_not_say_what_a_summary_holds_is_an_error(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = copy.deepcopy(served_openapi())
+    del doc["components"]["schemas"]["Summary"]["x-summary"]
+    api.get("/openapi.json").respond(json=doc)
+    api.get("/config").respond(json={"items": SUMMARIES, "total": 4})
+
+    code, out, err = run(capsys, "list")
+
+    assert code == 1
+    assert out == ""
+    assert "x-summary" in err
+    # Scripts do not need it.
+    assert run(capsys, "list", "-o", "json")[0] == 0
 
 
 def test_list_with_no_routes_says_so(

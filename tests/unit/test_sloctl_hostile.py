@@ -14,6 +14,7 @@ import respx
 import yaml
 
 from slo_api.cli.__main__ import main
+from tests.unit.conftest import served_openapi
 
 SERVER = "http://slo.test"
 TOKEN = "file-token-0123456789"
@@ -30,6 +31,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def api() -> Iterator[respx.MockRouter]:
     with respx.mock(base_url=SERVER, assert_all_called=False, assert_all_mocked=True) as router:
+        router.get("/openapi.json").respond(json=served_openapi())
         yield router
 
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import respx
 
+from tests.unit.conftest import served_openapi
 from tests.unit.test_sloctl import SERVER, SUMMARIES, TOKEN, error, run
 
 Obj = dict[str, Any]
@@ -163,6 +164,7 @@ def test_watch_prints_a_table_and_follows_the_servers_error_lines(
         ),
     ]
     with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/openapi.json").respond(json=served_openapi())
         route = api.get("/config").mock(side_effect=answers)
         code, out, err = run(capsys, "watch")
     assert code == 5
@@ -185,6 +187,7 @@ def test_watch_that_cannot_start_exits_with_the_servers_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/openapi.json").respond(json=served_openapi())
         api.get("/config").mock(return_value=error(400, "invalid_request", "kind: bad"))
         code, _, err = run(capsys, "watch")
     assert code == 2

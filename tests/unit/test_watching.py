@@ -31,7 +31,7 @@ from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource
 from slo_api.metrics import Metrics
 from slo_api.recovery import Backoff
 from slo_api.service import Service
-from slo_api.watching import Informer
+from slo_api.watching import Informer, Loops
 
 Obj = dict[str, Any]
 GROUP = "inference.modelsphere.dev"
@@ -226,13 +226,8 @@ def make_loop(kube: Kube, inactivity: float = 90) -> Loop:
     index = Service.index_for(kinds)
     metrics = Metrics()
     informer = Informer(
-        kube,
+        Loops(kube, index, metrics, crd_recheck_seconds=RECHECK, inactivity_seconds=inactivity),
         kinds[0],
-        index,
-        metrics,
-        crd_recheck_seconds=RECHECK,
-        watch_timeout_seconds=300,
-        inactivity_seconds=inactivity,
     )
     return Loop(informer, index, metrics)
 

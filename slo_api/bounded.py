@@ -1,0 +1,44 @@
+"""`BoundedDict`: a dict that holds at most `maxsize` entries, dropping the oldest first.
+
+The caches and bookkeeping maps that must not grow with traffic (rendered pages, Event budgets,
+reviews, who made a change) are all this: insertion order is the age, and storing a new key
+into a full map drops the one stored longest ago. Storing an existing key keeps its place; to
+make an entry young again, pop it and store it anew.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedDict(dict[K, V]):
+    """Only `d[key] = value` and `setdefault` store: both keep the bound (`update` is refused,
+    so nothing can pass it by)."""
+
+    __slots__ = ("maxsize",)
+
+    def __init__(self, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        super().__init__()
+        self.maxsize = maxsize
+
+    def __setitem__(self, key: K, value: V) -> None:
+        if len(self) >= self.maxsize and key not in self:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+    def setdefault(self, key: K, default: V) -> V:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("BoundedDict stores one key at a time (d[key] = value)")
+
+    @property
+    def full(self) -> bool:
+        return len(self) >= self.maxsize
