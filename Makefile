@@ -105,6 +105,6 @@ soak: venv controlplane
 	$(PY) -m tests.soak --duration 300
 
 # Benchmarks against side-by-side baselines; not part of `make test`. Writes BENCHMARKS.md and
-# bench/results.json; installs Debian's wrk when missing and run as root. About 11 minutes.
+# bench/results.json; installs Debian's wrk when missing and run as root. About 23 minutes.
 bench: venv controlplane
 	$(PY) -m bench

@@ -7,17 +7,21 @@ metadata names, which Kubernetes already keeps within it.
 
 from __future__ import annotations
 
+import re
+
 MAX_ROUTE = 253
 # `/routes/{route}/history` is a route's history, so no route name ends with it (route names
 # may hold `/`: without this, `a/history` would be both a route and the history of `a`).
 HISTORY = "/history"
+# One scan in C: a generator over the characters was 1.5% of a GET's CPU.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def route_problem(route: str) -> str | None:
     """Why `route` cannot be a route name, or None when it can."""
     if len(route) > MAX_ROUTE:
         return f"route names are at most {MAX_ROUTE} characters"
-    if any(ord(c) < 32 or ord(c) == 127 for c in route):
+    if _CONTROL.search(route):
         return "route names cannot contain control characters"
     if route.endswith(HISTORY):
         return f"route names cannot end with {HISTORY!r} (that path is the route's history)"

@@ -39,6 +39,13 @@ async def caller(
     return who
 
 
+async def authenticated(request: Request) -> tuple[Runtime, Caller]:
+    """The running service and the caller, as the dependencies above give them, for an
+    endpoint's lean twin (slo_api.api.lean): the same checks in the same order."""
+    rt = await runtime(request)
+    return rt, await caller(request, rt, await bearer(request))
+
+
 async def service(rt: Annotated[Runtime, Depends(runtime)]) -> Service:
     return rt.service
 

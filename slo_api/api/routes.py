@@ -12,7 +12,8 @@ import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from slo_api.access import Caller
-from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep
+from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep, authenticated
+from slo_api.api.lean import LeanRoute, twin_of
 from slo_api.api.schema import (
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
@@ -28,6 +29,7 @@ from slo_api.history import writer
 from slo_api.jsonbody import parse_object
 from slo_api.logs import request_id
 from slo_api.route_names import HISTORY, route_problem
+from slo_api.runtime import Runtime
 from slo_api.service import Result, Target, parse_if_match
 
 router = APIRouter()
@@ -164,12 +166,24 @@ def _audited(request: Request, route: str, caller: Caller, dry_run: bool) -> Ite
 async def get_route(
     route: RouteName, rt: RuntimeDep, caller: CallerDep, if_none_match: IfNoneMatch = None
 ) -> Response:
+    return await _read(rt, caller, route, if_none_match)
+
+
+async def _read(rt: Runtime, caller: Caller, route: str, if_none_match: str | None) -> Response:
     _check_route(route)
     target = await rt.access.resolve(caller, route)
     result = await rt.service.read(target, await rt.access.pools(caller, target))
     if _matches(if_none_match, result.etag):
         return Response(status_code=304, headers={"ETag": result.etag})
     return _json(result.body, headers={"ETag": result.etag})
+
+
+@twin_of(get_route)
+async def _get_route_lean(request: Request) -> Response:
+    rt, caller = await authenticated(request)
+    return await _read(
+        rt, caller, request.path_params["route"], request.headers.get("if-none-match")
+    )
 
 
 async def put_route(
@@ -180,6 +194,18 @@ async def put_route(
     dry_run: DryRun = False,
     if_match: IfMatch = None,
     force: Force = False,
+) -> Response:
+    return await _put(request, rt, caller, route, dry_run, if_match, force)
+
+
+async def _put(
+    request: Request,
+    rt: Runtime,
+    caller: Caller,
+    route: str,
+    dry_run: bool,
+    if_match: str | None,
+    force: bool,
 ) -> Response:
     _check_route(route)
     with _audited(request, route, caller, dry_run) as write:
@@ -219,6 +245,18 @@ async def delete_route(
     if_match: IfMatch = None,
     force: Force = False,
 ) -> Response:
+    return await _delete(request, rt, caller, route, dry_run, if_match, force)
+
+
+async def _delete(
+    request: Request,
+    rt: Runtime,
+    caller: Caller,
+    route: str,
+    dry_run: bool,
+    if_match: str | None,
+    force: bool,
+) -> Response:
     _check_route(route)
     with _audited(request, route, caller, dry_run) as write:
         target = write.target = await rt.access.resolve(caller, route)
@@ -239,6 +277,20 @@ async def delete_route(
         write.outcome = 204
         _record(request, caller, write)
         return Response(status_code=204, headers=headers)
+
+
+@twin_of(put_route)
+async def _put_route_lean(request: Request) -> Response:
+    rt, caller = await authenticated(request)
+    route = request.path_params["route"]
+    return await _put(request, rt, caller, route, False, request.headers.get("if-match"), False)
+
+
+@twin_of(delete_route)
+async def _delete_route_lean(request: Request) -> Response:
+    rt, caller = await authenticated(request)
+    route = request.path_params["route"]
+    return await _delete(request, rt, caller, route, False, request.headers.get("if-match"), False)
 
 
 async def get_history(
@@ -282,7 +334,11 @@ _OPERATIONS: tuple[tuple[str, str, Any, str, dict[str, Any]], ...] = (
         "GET",
         get_route,
         "getRoute",
-        {"responses": GET_RESPONSES, "summary": "Read one route, fresh from the API server"},
+        {
+            "responses": GET_RESPONSES,
+            "summary": "Read one route, fresh from the API server",
+            "route_class_override": LeanRoute,
+        },
     ),
     (
         "",
@@ -293,6 +349,7 @@ _OPERATIONS: tuple[tuple[str, str, Any, str, dict[str, Any]], ...] = (
             "responses": PUT_RESPONSES,
             "openapi_extra": PUT_BODY,
             "summary": "Merge the body's fields into the route's CR",
+            "route_class_override": LeanRoute,
         },
     ),
     (
@@ -304,6 +361,7 @@ _OPERATIONS: tuple[tuple[str, str, Any, str, dict[str, Any]], ...] = (
             "responses": DELETE_RESPONSES,
             "status_code": 204,
             "summary": "Reset the client-owned fields to the CRD defaults",
+            "route_class_override": LeanRoute,
         },
     ),
 )

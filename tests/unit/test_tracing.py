@@ -85,3 +85,48 @@ asyncio.run(main())
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.splitlines()[-1])
     assert seen == {"loaded": [], "active": False, "ids": None, "exemplar": None}
+
+
+def test_a_global_tracer_provider_gets_no_second_request_span_from_fastapi() -> None:
+    # A fresh interpreter: the global provider, once set, stays for the process. Set by
+    # something else (an auto-instrumentation, say) while slo-api's own tracing is off, it must
+    # not make FastAPI trace requests on its own (slo-api's spans are the one trace).
+    script = """
+import asyncio
+import httpx
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from slo_api.app import create_app
+from tests.unit.fakes import FakeKube
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+async def main():
+    fake = FakeKube()
+    async def factory(settings, metrics):
+        return fake
+    app = create_app(kube_factory=factory)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            auth = {"Authorization": "Bearer " + "t" * 20}
+            assert (await client.get("/routes/nothing-here", headers=auth)).status_code == 404
+            assert (await client.get("/nowhere")).status_code == 404
+    with trace.get_tracer("probe").start_as_current_span("probe"):
+        pass  # the provider records spans: only this one may be there
+    print(sorted(s.name for s in exporter.get_finished_spans()))
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["SLO_API_TOKEN"] = "t" * 20
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "['probe']"
