@@ -29,6 +29,7 @@ ERRORS: dict[str, int] = {
 CODES: dict[int, str] = {}
 for _code, _status in ERRORS.items():
     CODES.setdefault(_status, _code)
+_FALLBACK = {False: "invalid_request", True: "internal_error"}
 # The codes of the ERROR line that ends a change stream: the caller's access lost (as a request
 # would be answered), what it may list changed (watch again without `since`), or the stream fell
 # further behind than the history keeps.
@@ -38,7 +39,8 @@ STREAM_ERRORS: tuple[str, ...] = ("unauthorized", "forbidden", "expired", "too_s
 class ApiError(Exception):
     """An error answered to the client as `{"error": {...}}` with its HTTP status.
 
-    Its code is the first of its status in ERRORS unless `code` names another of them.
+    Its code is the first of its status in ERRORS unless `code` names another of them (a status
+    with none: invalid_request for 4xx, internal_error for 5xx).
     """
 
     def __init__(
@@ -55,7 +57,9 @@ class ApiError(Exception):
         if code is not None and code not in ERRORS:
             raise ValueError(f"{code!r} is not an error code of ERRORS")
         self.status = status
-        self.code = code or CODES.get(status, "error")
+        # A status without a code of its own (a framework's 406 or 501) still answers a code of
+        # the list, so clients and the OpenAPI document's enum never meet another.
+        self.code = code or CODES.get(status) or _FALLBACK[status >= 500]
         self.message = message
         self.field = field
         self.causes = causes

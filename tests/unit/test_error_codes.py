@@ -74,6 +74,16 @@ def test_an_error_with_a_code_not_in_the_list_is_refused() -> None:
         ApiError(409, "m", code="field-managed")
 
 
+@pytest.mark.parametrize("status", [406, 408, 414, 418, 422, 431, 501, 505])
+def test_a_status_without_a_code_of_its_own_still_answers_one_of_the_list(status: int) -> None:
+    # A framework error with a status ERRORS does not name (Starlette's 406, a 501 for an
+    # unknown method...) is answered with a listed code: a client switching on codes, and the
+    # OpenAPI document's enum, never meet one outside the list.
+    code = ApiError(status, "m").code
+    assert code in ERRORS
+    assert code == ("internal_error" if status >= 500 else "invalid_request")
+
+
 def test_the_openapi_document_lists_exactly_these_codes() -> None:
     document = yaml.safe_load(render())
     schemas = document["components"]["schemas"]
