@@ -95,7 +95,10 @@ class Runtime:
             for kind in self.kinds
         ]
         self.shutting_down = False
+        # The kinds' supervised watches: each lives until stop().
         self._tasks: list[asyncio.Task[None]] = []
+        # One-shot: freezes the heap once every kind is first listed, then ends.
+        self._freeze: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
         metrics.index_bytes.set_function(self.index.estimated_bytes)
@@ -133,7 +136,7 @@ class Runtime:
             asyncio.create_task(self._supervised(i), name=f"watch-{i.kind.name}")
             for i in self.informers
         ]
-        self._tasks.append(asyncio.create_task(self._freeze_when_synced(), name="gc-freeze"))
+        self._freeze = asyncio.create_task(self._freeze_when_synced(), name="gc-freeze")
 
     async def _freeze_when_synced(self) -> None:
         """Once every kind is first listed, move what is alive (the index, its caches, the
@@ -167,8 +170,8 @@ class Runtime:
     async def stop(self) -> None:
         self.shutting_down = True
         await self.feed.stop()
-        await stop_tasks(self._tasks)
-        self._tasks = []
+        await stop_tasks([*self._tasks, *([self._freeze] if self._freeze else [])])
+        self._tasks, self._freeze = [], None
         await self.recovery.close()
         await self.events.close()
         await self.history.close()
