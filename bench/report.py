@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from slo_api.index import REPLACE_TURN
+
 CONFIG_GOAL = 0.6  # slo-api /config req/s over the precomputed baseline's
 FLAT_GOAL = 0.9  # req/s at the largest index over req/s at the smallest
 GET_GOAL = 1.5  # slo-api GET latency over a direct GET's (p50)
@@ -102,6 +104,11 @@ def _fanout_rows(f: dict[str, Any], row: Any) -> None:
         )
 
 
+# The longest turn of the event loop a relist of every route may take.
+STALL_GOAL_MS = 100
+STALL_GOAL_STREAMS = 1000
+
+
 def _stream_costs(c: dict[str, Any] | None) -> str:
     """In-process costs of the change feed (`python -m bench.stream_costs`), when measured."""
     if not c:
@@ -126,14 +133,16 @@ def _stream_costs(c: dict[str, Any] | None) -> str:
             "",
         ),
         (
-            f"a relist changing all {n} routes, {r['streams']} streams open: the index's "
-            "replace (one turn of the loop: the index's own work and the feed's first chunk)",
-            f"{r['replace_ms']:.0f} ms",
-            "",
+            f"a relist changing all {n} routes, {r['streams']} streams open: the longest turn "
+            f"of the event loop while it is applied ({REPLACE_TURN:,} CRs a turn)",
+            f"{r['longest_turn_ms']:.0f} ms",
+            f"{c['relist_without_gc_freeze']['longest_turn_ms']:.0f} ms without the heap freeze"
+            if "relist_without_gc_freeze" in c
+            else "",
         ),
         (
-            "then the longest turn of the loop while the feed records the rest (500 a turn)",
-            f"{r['longest_turn_after_ms']:.0f} ms",
+            "the same relist, start to end (the loop serving requests and streams between turns)",
+            f"{r['replace_wall_ms'] / 1000:.1f} s",
             "",
         ),
         (
@@ -143,8 +152,14 @@ def _stream_costs(c: dict[str, Any] | None) -> str:
         ),
     ]
     table = "\n".join(f"| {a} | {b} | {d} |" for a, b, d in rows)
+    if r["streams"] < STALL_GOAL_STREAMS:
+        goal = f"{STALL_GOAL_STREAMS:,}"
+        stall = f"not shown by this run ({r['streams']} streams; the goal is with {goal})"
+    else:
+        stall = "met" if r["longest_turn_ms"] <= STALL_GOAL_MS else "**not met**"
+    command = f"python -m bench.stream_costs --routes {c['routes']} --streams {r['streams']}"
     return f"""
-In-process change-feed costs (`python -m bench.stream_costs --routes {c["routes"]}`, measured
+In-process change-feed costs (`{command}`, measured
 {c["measured_at"]}, load average {c["loadavg"]}; "before" is the feed this replaced, measured
 the same way):
 
@@ -152,9 +167,11 @@ the same way):
 |---|---|---|
 {table}
 
-The goal of no event-loop stall over 100 ms in such a relist is **not met**: the index's own
-replace of 100,000 entries is one synchronous step, and with that many objects alive a full
-garbage collection (gen 2) takes 0.4-0.9 s whenever it falls; the feed's part is chunked.
+The goal of no event-loop stall over 100 ms in such a relist, 1,000 streams open, is {stall}:
+the index applies a relist {REPLACE_TURN:,} CRs a turn and the feed records it in chunks; what
+is left of a turn's length is mostly a full garbage collection falling in it, which scans only
+what came since the heap was frozen after the first sync (the column beside: without that
+freeze).
 """
 
 

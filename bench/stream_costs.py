@@ -177,7 +177,7 @@ async def relist(routes: int, streams: int, freeze: bool = True) -> dict[str, fl
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.stream_costs", description=__doc__)
     parser.add_argument("--routes", type=int, default=100_000)
-    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--changes", type=int, default=20_000)
     args = parser.parse_args()
     out: dict[str, Any] = {"routes": args.routes}
