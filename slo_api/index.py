@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from slo_api import heap
 from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
@@ -460,11 +461,13 @@ class CRIndex:
         """`replace`, `REPLACE_TURN` CRs per turn of the event loop: a relist of 100,000 CRs
         does not stall it. Between turns every reader sees each CR as listed or as it was,
         the route lists and claims agreeing; the change log stands before the relist until
-        its last turn (`replacing`)."""
+        its last turn (`replacing`). The collector runs between turns only (see heap)."""
         steps = self._replacing(plural, objs, group, namespace)
         try:
-            for _ in steps:
-                await asyncio.sleep(0)
+            with heap.held():
+                for turn, _ in enumerate(steps):
+                    await asyncio.sleep(0)
+                    heap.between_turns(turn)
         finally:
             steps.close()  # cancelled half way: the next relist puts the rest right
 

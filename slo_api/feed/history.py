@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from slo_api import heap
 from slo_api.feed import framing
 from slo_api.index import Source
 from slo_api.service import Allowed, Service
@@ -220,6 +221,9 @@ class ChangeLog:
         self._marks: list[tuple[int, Vector, Vector, frozenset[int]]] = []
         # Routes touched and not yet compared, with what touched them (in order).
         self._pending: dict[str, Cause] = {}
+        # Recording spread over turns holds the collector's automatic runs (see heap).
+        self._holding = False
+        self._turns = 0
         self._pending_count: Counter[Source] = Counter()
         self._pending_floor: dict[Source, int] = {}
         # Pending routes whose copy shown moved to another API group: a change even where
@@ -481,16 +485,32 @@ class ChangeLog:
         chunk = list(itertools.islice(pending.items(), CHUNK))
         for route, _ in chunk:
             del pending[route]
-        self._record(sorted(chunk))
-        if pending:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # outside a loop (a test, a tool): all of it now
-                while pending:
-                    self._publish()
-                return
-            self._scheduled = True
-            loop.call_soon(self._publish)
+        try:
+            self._record(sorted(chunk))
+        finally:
+            # Scheduled whatever the chunk did: each turn takes its routes off what is pending.
+            if pending:
+                self._schedule()
+            elif self._holding:
+                self._holding = False
+                heap.release()
+
+    def _schedule(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside a loop (a test, a tool): all of it now
+            while self._pending:
+                self._publish()
+            return
+        # Recorded over several turns: the collector runs between them only (see heap).
+        if self._holding:
+            heap.between_turns(self._turns)
+            self._turns += 1
+        else:
+            self._holding, self._turns = True, 0
+            heap.hold()
+        self._scheduled = True
+        loop.call_soon(self._publish)
 
     def _record(self, chunk: list[tuple[str, Cause]]) -> None:
         touched: dict[tuple[str, str | None], History] = {}
