@@ -187,8 +187,10 @@ class Settings(BaseSettings):
         0.1,
         ge=0,
         le=5,
-        description="Changes go out to the change streams together, at most this long after "
-        "they happen: longer costs less CPU per stream, shorter is sooner (`0`: at once).",
+        description="Changes go out to the change streams together, this long after the first "
+        "of them: longer costs less CPU per stream, shorter is sooner (`0`: at once). With "
+        "thousands of streams a flush itself takes long, and the next one waits until flushing "
+        "takes at most a fifth of the event loop.",
     )
     max_watchers: int = Field(
         1000, ge=1, description="Most open change streams; more are 429 with `Retry-After`."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response
@@ -86,8 +87,9 @@ class WatchResponse(Response):
             # past them (see RAW_SEND).
             body: Send = scope.get(RAW_SEND, send)
 
-            async def write(chunk: bytes) -> None:
-                await body({"type": "http.response.body", "body": chunk, "more_body": True})
+            def write(chunk: bytes) -> Awaitable[None]:
+                # The send's own coroutine, not one wrapping it: a flush makes one per stream.
+                return body({"type": "http.response.body", "body": chunk, "more_body": True})
 
             # Idle until the client goes: it is not woken by what the stream sends.
             listener = asyncio.create_task(_disconnected(receive))

@@ -2,14 +2,21 @@
 
 Changes go out together, `flush_seconds` after the first of a burst: a thousand streams then
 cost a thousand writes per flush, not per change. A flush hands the bytes to the streams of
-each history that changed in one pass (`deliver`), with no task woken per stream. What a
-stream is given is framed once for every stream at the same place in the same history with
+each history that changed (`deliver`), with no task woken per stream, `PASS_STREAMS` streams
+per turn of the event loop, so a request waits for a slice of a flush, not all of it. What
+a stream is given is framed once for every stream at the same place in the same history with
 the same access: level streams (the usual case) share one batch of bytes.
+
+A write is a system call per stream: with thousands of streams one flush takes a good part of
+a second. The next flush then comes later than `flush_seconds` (`LOOP_SHARE`): flushing takes
+at most that share of the event loop, requests keep the rest, and each flush carries more
+changes per write instead of falling behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 
 from slo_api.feed.history import ChangeLog, History
@@ -19,6 +26,9 @@ from slo_api.service import Allowed
 # Most bytes per write: what a stream holds beyond the history's shared bytes is one write.
 WRITE_BYTES = 256 * 1024
 BATCHES = 256  # shared batches kept
+PASS_STREAMS = 500  # streams a flush writes per turn of the event loop
+LOOP_SHARE = 0.2  # most of the event loop's time that flushes take
+clock = time.perf_counter
 BatchKey = tuple[int, int, int, str | None, bool, Allowed | None]
 Deliver = Callable[[Iterable[Stream]], None]
 
@@ -33,6 +43,8 @@ class Flusher:
         self._live: dict[int, set[Stream]] = {}
         self._due: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._passing = False  # a flush is writing its slices
+        self._pass_seconds = 0.0  # how long the last flush's slices took in all
         # By (history, cursor, newest sequence, kind, format, access): level streams share.
         self._batches: dict[BatchKey, tuple[bytes, int, int]] = {}
         log.listeners.append(self.changed)
@@ -53,20 +65,41 @@ class Flusher:
 
     def changed(self, histories: list[History]) -> None:
         self._due.update(id(h) for h in histories)
-        if self.flush_seconds <= 0:
-            self.flush()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # changed outside the loop (a test): nobody can be waiting
-                self.flush()
-                return
-            self._timer = loop.call_later(self.flush_seconds, self.flush)
+        if self.flush_seconds <= 0 or not _in_loop():
+            self.flush()  # outside the loop (a test): nobody can be waiting
+        elif self._timer is None and not self._passing:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        spaced = self._pass_seconds * (1 - LOOP_SHARE) / LOOP_SHARE
+        delay = max(self.flush_seconds, spaced)
+        self._timer = asyncio.get_running_loop().call_later(delay, self.flush)
 
     def flush(self) -> None:
         self._timer = None
         due, self._due = self._due, set()
-        self.deliver([s for key in due for s in list(self._live.get(key, ()))])
+        streams = [s for key in due for s in list(self._live.get(key, ()))]
+        if self.flush_seconds <= 0 or len(streams) <= PASS_STREAMS or not _in_loop():
+            began = clock()
+            self.deliver(streams)
+            self._pass_seconds = clock() - began
+            return
+        self._passing = True
+        self._pass_seconds = 0.0
+        self._slice(streams, 0)
+
+    def _slice(self, streams: list[Stream], start: int) -> None:
+        began = clock()
+        try:
+            self.deliver(streams[start : start + PASS_STREAMS])
+        finally:
+            self._pass_seconds += clock() - began
+            if start + PASS_STREAMS < len(streams):
+                asyncio.get_running_loop().call_soon(self._slice, streams, start + PASS_STREAMS)
+            else:
+                self._passing = False
+                if self._due:
+                    self._schedule()
 
     def wake_all(self) -> None:
         self.deliver([s for live in list(self._live.values()) for s in list(live)])
@@ -104,3 +137,11 @@ class Flusher:
         # Read to the end: nothing newer concerns this history, so the stream is level with
         # the whole log (its bookmarks may name the newest revision).
         return b"".join(lines), len(lines), self.log.seq if complete else upto
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -10,15 +10,16 @@ done. One stream waiting costs the others nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
-# A stream's write: a coroutine function, so a write can be started without a task.
-Write = Callable[[bytes], Coroutine[Any, Any, None]]
+# A stream's write: what it returns is stepped through its `__await__`, with no task.
+Write = Callable[[bytes], Awaitable[None]]
 
 
 class Pump:
-    """Runs `coro` as far as it goes now; `finished` says whether it got to its end.
+    """Runs `write` (an awaitable) as far as it goes now; `finished` says whether it got to
+    its end.
 
     When it did not, `done(self)` is called once it does (`error` holds what it raised, if
     anything). `abandon()` drops it where it waits: `done` is then never called.
@@ -26,8 +27,8 @@ class Pump:
 
     __slots__ = ("_coro", "_done", "error", "finished")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], done: Callable[[Pump], None]) -> None:
-        self._coro: Coroutine[Any, Any, Any] | None = coro
+    def __init__(self, write: Awaitable[Any], done: Callable[[Pump], None]) -> None:
+        self._coro: Generator[Any, None, Any] | None = write.__await__()
         self._done = done
         self.finished = False
         self.error: BaseException | None = None

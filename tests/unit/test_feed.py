@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ import pytest
 
 from slo_api.errors import ApiError
 from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
+from slo_api.feed import flusher as flusher_module
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
@@ -396,6 +398,66 @@ async def _a_burst_of_changes_goes_out_in_one_write() -> None:
     assert len(r.raw) == writes + 1
     assert len(r.changes()) == 10
     await r.stop()
+
+
+def test_a_flush_that_takes_long_spaces_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    vtime.run(_a_flush_that_takes_long_spaces_the_next_one(monkeypatch))
+
+
+async def _a_flush_that_takes_long_spaces_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Thousands of streams make a flush long: the next one waits long enough that flushing
+    # keeps to its share of the event loop, instead of taking all of it. On virtual time,
+    # with each write taking a second of a clock of the test's own.
+    clock = [0.0]
+    monkeypatch.setattr("slo_api.feed.flusher.clock", lambda: clock[0])
+    feed = make_feed(flush_seconds=0.05)
+    index = feed.index
+    r = Reader(feed, feed.open("summary", None))
+    written = r._write
+
+    async def slow(chunk: bytes) -> None:
+        clock[0] += 1.0
+        await written(chunk)
+
+    r._write = slow  # type: ignore[method-assign]
+    await r.settle()
+    index.upsert(LLM, cr("a", "n1", "r1"))
+    await asyncio.sleep(0.1)
+    assert r.changes() == [("ADDED", "r1")]  # that flush took a second
+    index.upsert(LLM, cr("a", "n2", "r2"))
+    spacing = (1 - flusher_module.LOOP_SHARE) / flusher_module.LOOP_SHARE
+    await asyncio.sleep(spacing - 0.1)
+    assert r.changes() == [("ADDED", "r1")]
+    await asyncio.sleep(0.2)
+    assert r.changes() == [("ADDED", "r1"), ("ADDED", "r2")]
+    await r.stop()
+
+
+def test_a_flush_writes_its_streams_a_slice_per_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    vtime.run(_a_flush_writes_its_streams_a_slice_per_turn(monkeypatch))
+
+
+async def _a_flush_writes_its_streams_a_slice_per_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request that comes during a flush of thousands of streams waits for one slice of it,
+    # not for all of it.
+    monkeypatch.setattr("slo_api.feed.flusher.PASS_STREAMS", 2)
+    feed = make_feed(flush_seconds=0.05, max_streams=10)
+    readers = [await reader(feed) for _ in range(5)]
+    passes: list[int] = []
+    deliver = feed.flusher.deliver
+
+    def counted(streams: Iterable[Stream]) -> None:
+        streams = list(streams)
+        passes.append(len(streams))
+        deliver(streams)
+
+    feed.flusher.deliver = counted
+    feed.index.upsert(LLM, cr("a", "n1", "r1"))
+    await asyncio.sleep(0.1)
+    assert passes == [2, 2, 1]
+    for r in readers:
+        assert r.changes() == [("ADDED", "r1")]
+        await r.stop()
 
 
 async def test_changes_between_opening_and_the_first_write_are_sent_once() -> None:
