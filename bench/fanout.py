@@ -1,12 +1,12 @@
-"""Change-stream fan-out: 1,000 watchers while the API server takes 100 changes a second.
+"""Change-stream fan-out: N watchers (1,000, 5,000) while the API server takes 100 changes a second.
 
 - Delivery: the driver merge-patches LLM CRs straight to the API server at a fixed rate, each
   change writing a unique `maximumDeployment.value`; watcher processes (bench/watchers.py) note
-  when each change reaches each of their streams. The figure per change is from the moment its
-  PATCH was sent (so it includes the API server's write and its watch event) to the moment the
-  last of the 1,000 streams had it. slo-api's CPU is measured over the same window.
+  when each change reaches each of their streams. The figure per change is from the API
+  server's answer to its PATCH (and, beside it, from the moment the PATCH was sent) to the
+  moment the last of the N streams had it. slo-api's CPU is measured over the same window.
 - GET /config throughput (page 1, pageSize 200, 8 connections) with the changes flowing, rep by
-  rep without watchers and with the 1,000 watchers open (opened afresh for each rep).
+  rep without watchers and with the N watchers open (opened afresh for each rep).
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from controlplane import fleet
 LLM_PATH = f"{populate.SLO_PATH}/namespaces/{fleet.NAMESPACE}/llmslorequirements"
 MARK_BASE = 1_000_000  # maximumDeployment values the driver writes: MARK_BASE + change number
 STALLED = 20  # streams whose clients stop reading, in the SIGTERM measure
+OPEN_SECONDS = 600  # for the watcher processes to have every stream past its initial state
+
+
+class NotOpened(Exception):
+    """The watchers could not open their streams in time: that count is not measured."""
 
 
 class Changes:
@@ -107,6 +112,7 @@ class Watchers:
     """The watcher processes (bench/watchers.py), holding `count` streams between them."""
 
     def __init__(self, svc: ServiceProcess, workdir: Path, count: int, processes: int) -> None:
+        self.count = count
         self.outputs = [workdir / f"watchers-{n}.json" for n in range(processes)]
         self.procs: list[subprocess.Popen[bytes]] = []
         for path in self.outputs:
@@ -116,12 +122,15 @@ class Watchers:
             argv += [str(count // processes), str(path)]
             self.procs.append(subprocess.Popen(argv, cwd=REPO))
 
-    def wait_open(self, timeout: float = 300) -> None:
+    def wait_open(self, timeout: float = OPEN_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while not all(p.with_suffix(".ready").exists() for p in self.outputs):
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 self.close()
-                raise RuntimeError("the watcher processes did not open their streams")
+                raise NotOpened(
+                    f"the watcher processes did not have their {self.count:,} streams past "
+                    f"their initial states within {timeout:g} s"
+                )
             time.sleep(0.1)
 
     def cpu_seconds(self) -> float:
@@ -136,7 +145,11 @@ class Watchers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs:
-            proc.wait(120)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # still opening its connections: what it saw is lost
+                proc.wait()
         return [json.loads(p.read_text()) for p in self.outputs if p.exists()]
 
 
@@ -162,11 +175,15 @@ def fanout(
     changes = Changes(client_args, routes, rate, first=0).start()
     try:
         load.run(config, s.warmup, s.config_connections, svc.pid)
-        for _ in range(s.reps):
+        # Before any stream was open, and once the first ones are: what the streams hold.
+        out["rss_mib_before_streams"] = svc.rss_kib() / 1024
+        for rep in range(s.reps):
             alone.runs.append(load.run(config, s.seconds, s.config_connections, svc.pid))
             group = Watchers(svc, workdir, watchers, processes)
             try:
                 group.wait_open()
+                if not rep:
+                    out["rss_mib_streams_open"] = svc.rss_kib() / 1024
                 group.renice(19)
                 before, wall = group.cpu_seconds(), time.monotonic()
                 watched.runs.append(load.run(config, s.seconds, s.config_connections, svc.pid))

@@ -10,7 +10,7 @@ the same access: level streams (the usual case) share one batch of bytes.
 A write is a system call per stream: with thousands of streams one flush takes a good part of
 a second. The next flush then comes later than `flush_seconds` (`LOOP_SHARE`): flushing takes
 at most that share of the event loop, requests keep the rest, and each flush carries more
-changes per write instead of falling behind.
+changes per write instead of falling behind; but never later than `MAX_SPACING_SECONDS`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ WRITE_BYTES = 256 * 1024
 BATCHES = 256  # shared batches kept
 PASS_STREAMS = 500  # streams a flush writes per turn of the event loop
 LOOP_SHARE = 0.2  # most of the event loop's time that flushes take
-clock = time.perf_counter
+# However long flushes take, changes go out at least this often: spacing them further makes
+# each write larger, and so each flush longer.
+MAX_SPACING_SECONDS = 0.5
+# The loop thread's own CPU: on a busy node, time the process waited for a core is no cost
+# of the flush's (and must not space the next one).
+clock = time.thread_time
 BatchKey = tuple[int, int, int, str | None, bool, Allowed | None]
 Deliver = Callable[[Iterable[Stream]], None]
 
@@ -71,7 +76,7 @@ class Flusher:
             self._schedule()
 
     def _schedule(self) -> None:
-        spaced = self._pass_seconds * (1 - LOOP_SHARE) / LOOP_SHARE
+        spaced = min(self._pass_seconds * (1 - LOOP_SHARE) / LOOP_SHARE, MAX_SPACING_SECONDS)
         delay = max(self.flush_seconds, spaced)
         self._timer = asyncio.get_running_loop().call_later(delay, self.flush)
 

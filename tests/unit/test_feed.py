@@ -425,7 +425,11 @@ async def _a_flush_that_takes_long_spaces_the_next_one(monkeypatch: pytest.Monke
     await asyncio.sleep(0.1)
     assert r.changes() == [("ADDED", "r1")]  # that flush took a second
     index.upsert(LLM, cr("a", "n2", "r2"))
-    spacing = (1 - flusher_module.LOOP_SHARE) / flusher_module.LOOP_SHARE
+    spacing = min(
+        (1 - flusher_module.LOOP_SHARE) / flusher_module.LOOP_SHARE,
+        flusher_module.MAX_SPACING_SECONDS,
+    )
+    assert spacing > 5 * 0.05  # a flush of a second: a wait far longer than flush_seconds
     await asyncio.sleep(spacing - 0.1)
     assert r.changes() == [("ADDED", "r1")]
     await asyncio.sleep(0.2)
