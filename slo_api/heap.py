@@ -7,7 +7,8 @@ such turns. The heap alive after the first sync is frozen (never scanned again; 
 alive is still freed when its last reference goes, only a reference cycle among it would no
 longer be collected). And while a relist is applied in turns nothing is collected by itself:
 the young generations are collected between turns, where each collection is short, and once
-the last bulk change is done a full collection runs in a turn of its own.
+the last bulk change is done a full collection runs in a turn of its own, before the
+collector runs by itself again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from collections.abc import Iterator
 MIDDLE_EVERY = 10
 
 _holds = 0
-_was_enabled = False
+# Whether the collector is to run by itself again once nothing holds it (it did before).
+_enable = False
 
 
 def freeze_alive() -> None:
@@ -34,22 +36,33 @@ def freeze_alive() -> None:
 def hold() -> None:
     """No automatic collection until every `hold()` is released; relists of several kinds
     after one outage run at once, and the change log records them after the index."""
-    global _holds, _was_enabled
-    if _holds == 0:
-        _was_enabled = gc.isenabled()
+    global _holds, _enable
+    if _holds == 0 and gc.isenabled():
+        _enable = True
         gc.disable()
     _holds += 1
 
 
 def release() -> None:
-    global _holds
+    global _holds, _enable
     _holds -= 1
-    if _holds == 0 and _was_enabled:
-        gc.enable()
+    if _holds == 0 and _enable:
         # What the bulk change left for a full collection is scanned in a turn of its own,
-        # not at the next allocation that trips it, inside whatever turn that is.
-        with contextlib.suppress(RuntimeError):  # no loop: the collector's own time
-            asyncio.get_running_loop().call_soon(gc.collect)
+        # not at the next allocation that trips it, inside whatever turn that is; the
+        # collector runs by itself again only after it.
+        try:
+            asyncio.get_running_loop().call_soon(_collect_and_enable)
+        except RuntimeError:  # no loop: the collector's own time
+            _enable = False
+            gc.enable()
+
+
+def _collect_and_enable() -> None:
+    global _enable
+    if _holds == 0 and _enable:  # else a new bulk change holds it, and enables it after
+        _enable = False
+        gc.collect()
+        gc.enable()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,8 @@ import yaml
 
 
 class TcpProxy:
+    """Started and stopped by `async with` (or `start()` and `stop()`)."""
+
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.refusing = False  # new connections are dropped at once, as by a stopped server
@@ -26,6 +28,12 @@ class TcpProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    async def __aenter__(self) -> TcpProxy:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         self.cut()

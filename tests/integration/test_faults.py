@@ -60,11 +60,8 @@ def ns(own_admin: Admin) -> str:
 
 @pytest.fixture
 async def proxy(own: Cluster) -> AsyncIterator[TcpProxy]:
-    started = await TcpProxy("127.0.0.1", own.plane.port).start()
-    try:
+    async with TcpProxy("127.0.0.1", own.plane.port) as started:
         yield started
-    finally:
-        await started.stop()
 
 
 def sample(service: RunningService, name: str, **labels: str) -> float:

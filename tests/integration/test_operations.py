@@ -33,9 +33,8 @@ async def _until(check: Callable[[], bool], what: str, within: float = 30) -> No
 @pytest.fixture
 async def proxy(cluster: object) -> AsyncIterator[TcpProxy]:
     plane = cluster.plane  # type: ignore[attr-defined]
-    started = await TcpProxy("127.0.0.1", plane.port).start()
-    yield started
-    await started.stop()
+    async with TcpProxy("127.0.0.1", plane.port) as started:
+        yield started
 
 
 async def test_sigterm_lets_a_slow_request_finish_and_exits_cleanly(

@@ -163,11 +163,8 @@ def own_kubeconfig(own: Cluster) -> Path:
 
 @pytest.fixture
 async def gate(own: Cluster) -> AsyncIterator[TcpProxy]:
-    started = await TcpProxy("127.0.0.1", own.plane.port).start()
-    try:
+    async with TcpProxy("127.0.0.1", own.plane.port) as started:
         yield started
-    finally:
-        await started.stop()
 
 
 @pytest.fixture

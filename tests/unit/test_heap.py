@@ -76,12 +76,24 @@ async def test_a_relist_in_turns_collects_only_between_turns_then_fully_in_a_tur
     await relist
     assert enabled_between_turns
     assert not any(enabled_between_turns)
-    assert gc.isenabled()
     young = list(collections.generations)
     assert young  # one after each turn but the last
     assert all(g in (0, 1) for g in young)
-    await asyncio.sleep(0)  # the full collection, on a turn of its own
+    assert not gc.isenabled()  # not before the full collection
+    await asyncio.sleep(0)  # which runs on a turn of its own
     assert collections.generations[len(young) :] == [2]
+    assert gc.isenabled()
+
+
+async def test_a_bulk_change_starting_before_the_full_collection_gives_the_collector_back() -> None:
+    heap.hold()
+    heap.release()  # the full collection is due on the next turn
+    heap.hold()  # but another bulk change starts first
+    await asyncio.sleep(0)
+    assert not gc.isenabled()
+    heap.release()
+    await asyncio.sleep(0)
+    assert gc.isenabled()
 
 
 async def test_a_relist_cancelled_half_way_gives_the_collector_back() -> None:
@@ -96,6 +108,7 @@ async def test_a_relist_cancelled_half_way_gives_the_collector_back() -> None:
     relist.cancel()
     with pytest.raises(asyncio.CancelledError):
         await relist
+    await asyncio.sleep(0)
     assert gc.isenabled()
 
 
@@ -132,5 +145,6 @@ async def test_the_change_log_recording_over_turns_holds_the_collector_even_if_a
         loop.set_exception_handler(handler)
     assert held_while_pending
     assert all(held_while_pending)
+    await asyncio.sleep(0)
     assert gc.isenabled()
     assert calls > 3  # the chunks after the failing one were recorded too

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from slo_api.index import CRIndex, IndexedKind
 
 Obj = dict[str, Any]
@@ -105,3 +107,48 @@ async def test_a_relist_in_turns_leaves_every_turn_consistent_and_ends_as_one_re
     assert index.get(LLM, "ns", "c0") is None
     assert len(told) >= 4  # told turn by turn
     assert index.counts[(LLM, GROUP, "")] == many - 1
+
+
+async def test_a_relist_that_changes_few_crs_is_applied_in_one_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Compared over several turns, applied in one: a reader never sees part of it.
+    from slo_api import index as index_module
+
+    monkeypatch.setattr(index_module, "DIFF_TURN", 100)
+    many = 3 * index_module.REPLACE_TURN
+    index = make_index()
+    index.reached(LLM, GROUP, None, "1")
+    index.replace(LLM, [cr(f"c{i}", "1", f"r{i:04d}") for i in range(many)], GROUP)
+    told: list[set[str]] = []
+    index.subscribe(told.append)
+    # c0 vanished; c1..c10 moved to other routes; the rest are listed as they were.
+    listed = [
+        cr(f"c{i}", "2" if i <= 10 else "1", f"new{i}" if i <= 10 else f"r{i:04d}")
+        for i in range(1, many)
+    ]
+    before = index.routes()
+    seen_between: list[list[str]] = []
+
+    async def watch() -> None:
+        while index.replacing:
+            seen_between.append(index.routes())
+            await asyncio.sleep(0)
+
+    index.reached(LLM, GROUP, None, "2")
+    relist = asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP))
+    await asyncio.sleep(0)
+    await watch()
+    await relist
+    assert len(seen_between) >= 5  # it took several turns to compare
+    assert all(routes == before for routes in seen_between)
+    assert len(told) == 1
+    assert told[0] == {
+        "r0000",
+        *(f"r{i:04d}" for i in range(1, 11)),
+        *(f"new{i}" for i in range(1, 11)),
+    }
+    assert index.get(LLM, "ns", "c0") is None
+    assert sorted(index.routes()) == sorted(
+        [f"new{i}" for i in range(1, 11)] + [f"r{i:04d}" for i in range(11, many)]
+    )
