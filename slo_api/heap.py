@@ -14,9 +14,7 @@ collector runs by itself again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-from collections.abc import Iterator
 
 # Between two turns of a bulk change the youngest generation is collected; every this many
 # turns the middle one too (what survived the turns since: a few milliseconds).
@@ -65,15 +63,6 @@ def _collect_and_enable() -> None:
         gc.enable()
 
 
-@contextlib.contextmanager
-def held() -> Iterator[None]:
-    hold()
-    try:
-        yield
-    finally:
-        release()
-
-
 def between_turns(turn: int) -> None:
-    """What a bulk change holding `held()` collects after its `turn`th turn."""
+    """What a bulk change that holds the collector collects after its `turn`th turn."""
     gc.collect(1 if turn % MIDDLE_EVERY == MIDDLE_EVERY - 1 else 0)

@@ -467,13 +467,18 @@ class CRIndex:
         agreeing. The change log stands before the relist until its last turn
         (`replacing`). The collector runs between turns only (see heap)."""
         steps = self._replacing(plural, objs, group, namespace)
+        holding = False
         try:
-            with heap.held():
-                for turn, _ in enumerate(steps):
-                    await asyncio.sleep(0)
-                    heap.between_turns(turn)
+            for turn, _ in enumerate(steps):
+                if not holding:  # only a relist that takes more than one turn
+                    heap.hold()
+                    holding = True
+                await asyncio.sleep(0)
+                heap.between_turns(turn)
         finally:
             steps.close()  # cancelled half way: the next relist puts the rest right
+            if holding:
+                heap.release()
 
     def _replacing(
         self,

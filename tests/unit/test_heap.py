@@ -52,8 +52,8 @@ def test_holds_nest_and_only_the_last_release_gives_the_collector_back() -> None
 
 def test_a_collector_disabled_before_the_first_hold_stays_disabled() -> None:
     gc.disable()
-    with heap.held():
-        pass
+    heap.hold()
+    heap.release()
     assert not gc.isenabled()
     gc.enable()
 
@@ -148,3 +148,16 @@ async def test_the_change_log_recording_over_turns_holds_the_collector_even_if_a
     await asyncio.sleep(0)
     assert gc.isenabled()
     assert calls > 3  # the chunks after the failing one were recorded too
+
+
+async def test_a_relist_of_one_turn_leaves_the_collector_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The usual relist (few CRs, or few changed): no hold, and no full collection after it.
+    collections = Collections(monkeypatch)
+    index = make_index()
+    index.reached(LLM, GROUP, None, "1")
+    await index.replace_in_turns(LLM, [relist_cr(f"c{i}", "1", f"r{i}") for i in range(10)], GROUP)
+    await asyncio.sleep(0)
+    assert collections.generations == []
+    assert gc.isenabled()
