@@ -1,14 +1,13 @@
 """When the cyclic garbage collector runs, around the index's bulk work.
 
 A full collection scans every tracked object that is not frozen; at 100,000 routes that is
-tens of milliseconds, spent wherever an allocation happens to trip it: inside a turn of the
-event loop that is already busy applying 1,000 CRs of a relist. Two rules keep it out of
-such turns. The heap alive after the first sync is frozen (never scanned again; what was
-alive is still freed when its last reference goes, only a reference cycle among it would no
-longer be collected). And while a relist is applied in turns nothing is collected by itself:
-the young generations are collected between turns, where each collection is short, and once
-the last bulk change is done a full collection runs in a turn of its own, before the
-collector runs by itself again.
+90 ms or more, spent wherever an allocation happens to trip it: inside a turn of the event
+loop that is already busy. Two rules keep it out of the way. While a relist is applied in
+turns nothing is collected by itself: the young generations are collected between turns,
+where each collection is short. And the heap alive after the first sync, and again after each
+bulk change once its last turn is done, is frozen: never scanned again (what was alive is
+still freed when its last reference goes; only a reference cycle among it would no longer be
+collected, and the full collection this replaces found none after a relist of 100,000 CRs).
 """
 
 from __future__ import annotations
@@ -45,21 +44,22 @@ def release() -> None:
     global _holds, _enable
     _holds -= 1
     if _holds == 0 and _enable:
-        # What the bulk change left for a full collection is scanned in a turn of its own,
-        # not at the next allocation that trips it, inside whatever turn that is; the
-        # collector runs by itself again only after it.
+        # In a turn of its own, and before the collector runs by itself again: else the next
+        # allocation to trip a full collection would scan all the bulk change left, inside
+        # whatever turn that is (and every full collection after it would again).
         try:
-            asyncio.get_running_loop().call_soon(_collect_and_enable)
+            asyncio.get_running_loop().call_soon(_freeze_and_enable)
         except RuntimeError:  # no loop: the collector's own time
             _enable = False
             gc.enable()
 
 
-def _collect_and_enable() -> None:
+def _freeze_and_enable() -> None:
     global _enable
     if _holds == 0 and _enable:  # else a new bulk change holds it, and enables it after
         _enable = False
-        gc.collect()
+        gc.collect(1)  # the young generations' garbage is not frozen with the rest
+        gc.freeze()
         gc.enable()
 
 

@@ -468,16 +468,22 @@ class ChangeLog:
         who = self._by(rv) if self._by is not None else None
         cause: Cause = (source, rv, None if who is None else orjson.dumps(who))
         pending, count = self._pending, self._pending_count
-        for route in routes:
-            old = pending.pop(route, None)
-            if old is not None:
-                count[old[0]] -= 1
-            pending[route] = cause
+        if not pending:  # the usual case, and a relist's 100,000 routes at once: ~5 ms, not 50
+            self._pending = dict.fromkeys(routes, cause)
+        else:
+            for route in routes:
+                old = pending.pop(route, None)
+                if old is not None:
+                    count[old[0]] -= 1
+                pending[route] = cause
         count[cause[0]] += len(routes)
         self._moved |= self.index.moved
         self._pending_floor.setdefault(source, rv)
         if not self._scheduled:
-            self._publish()
+            if len(routes) > CHUNK:
+                self._schedule()  # the first chunk too in a turn of its own (a relist's)
+            else:
+                self._publish()
 
     def _publish(self) -> None:
         self._scheduled = False

@@ -839,7 +839,7 @@ async def test_a_revision_given_between_a_relists_turns_stands_before_the_whole_
     for feed in (a, b):
         feed.index.reached(LLM, GROUP, None, "9")
     relist = asyncio.create_task(a.index.replace_in_turns(LLM, relisted, GROUP))
-    await asyncio.sleep(0)  # a has applied a turn of it, not all
+    await asyncio.sleep(0)  # a is still applying it (on a copy aside)
     assert a.index.replacing
     cut_at = a.revision(a.head)
     await relist

@@ -73,7 +73,27 @@ def test_a_relist_still_drops_what_it_does_not_list() -> None:
     assert routes_of(index) == {}
 
 
-async def test_a_relist_in_turns_leaves_every_turn_consistent_and_ends_as_one_replace() -> None:
+JOB = "jobslorequirements"
+
+
+def two_kinds() -> CRIndex:
+    route = lambda o: str(o["spec"]["serviceId"])  # noqa: E731
+    return CRIndex([IndexedKind("llm", LLM, route), IndexedKind("job", JOB, route)])
+
+
+async def during(relist: asyncio.Task[None], index: CRIndex, each_turn: Any) -> int:
+    """Call `each_turn()` between the turns of a relist being applied; how many turns."""
+    turns = 0
+    await asyncio.sleep(0)  # its first turn
+    while index.replacing:
+        turns += 1
+        each_turn()
+        await asyncio.sleep(0)
+    await relist
+    return turns
+
+
+async def test_a_large_relist_is_seen_as_it_was_until_it_is_applied_at_once() -> None:
     from slo_api import index as index_module
 
     many = 3 * index_module.REPLACE_TURN + 5
@@ -83,30 +103,99 @@ async def test_a_relist_in_turns_leaves_every_turn_consistent_and_ends_as_one_re
     told: list[set[str]] = []
     index.subscribe(told.append)
     listed = [cr(f"c{i}", "2", f"r{i:05d}") for i in range(1, many)]  # c0 vanished
-    turns = 0
+    before = index.routes()
+    source = (LLM, GROUP, "")
 
-    async def watch() -> None:
-        nonlocal turns
-        source = (LLM, GROUP, "")
-        while index.replacing:
-            turns += 1
-            # Between turns: route lists and claims agree (a page never shows a route with
-            # no CR), and the relist is marked as not done yet.
-            assert all(index.claims(route) for route in index.routes())
-            assert index.replacing == {source: 2}
-            await asyncio.sleep(0)
+    def as_it_was() -> None:
+        # Not a part of it: every route and CR as before the relist, which is not done yet.
+        assert index.routes() == before
+        assert routes_of(index)["c1"] == "old1"
+        assert index.get(LLM, "ns", "c0") is not None
+        assert index.replacing == {source: 2}
 
     index.reached(LLM, GROUP, None, "2")
-    relist = asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP))
-    await asyncio.sleep(0)  # its first turn
-    await watch()
-    await relist
+    turns = await during(
+        asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP)), index, as_it_was
+    )
     assert turns >= 3
     assert index.replacing == {}
     assert index.routes() == [f"r{i:05d}" for i in range(1, many)]
+    assert all(index.claims(route) for route in index.routes())
     assert index.get(LLM, "ns", "c0") is None
-    assert len(told) >= 4  # told turn by turn
+    assert told == [{f"old{i}" for i in range(7)} | set(index.routes())]  # told once, of all
     assert index.counts[(LLM, GROUP, "")] == many - 1
+
+
+async def test_what_changes_while_a_large_relist_is_applied_is_kept() -> None:
+    from slo_api import index as index_module
+
+    many = 2 * index_module.REPLACE_TURN
+    index = two_kinds()
+    index.reached(LLM, GROUP, None, "10")
+    index.replace(LLM, [cr(f"c{i}", "10", f"r{i}") for i in range(many)], GROUP)
+    index.replace(JOB, [cr("j", "10", "job-route")], GROUP)
+    rendered: list[str] = []
+    index.subscribe(lambda routes: rendered.extend(sorted(routes)))
+    index.reached(LLM, GROUP, None, "20")
+    listed = [cr(f"c{i}", "20", f"new{i}") for i in range(many) if i != 2]
+    done: list[str] = []
+
+    def meanwhile() -> None:
+        if done:
+            return
+        done.append("once")
+        # Another kind's event, a PATCH answered after the list's version (kept), and one
+        # answered before it, of a CR the list no longer has (not brought back).
+        assert index.upsert(JOB, cr("j", "30", "job-moved"))
+        assert index.write_through(LLM, cr("c1", "25", "patched"))
+        assert index.write_through(LLM, cr("c2", "15", "ghost"))
+        assert routes_of(index)["c1"] == "patched"  # seen at once, as ever
+        # A render cached now, of the state before the swap, is not served after it.
+        assert index.rendered("v", "r3", lambda route: f"{route}-before") == "r3-before"
+
+    relist = asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP))
+    assert await during(relist, index, meanwhile) >= 2
+    assert done
+    assert index.routes("job") == ["job-moved"]
+    assert routes_of(index)["c1"] == "patched"
+    assert index.get(LLM, "ns", "c2") is None
+    assert routes_of(index)["c3"] == "new3"
+    assert index.rendered("v", "r3", lambda route: f"{route}-after") == "r3-after"
+    assert index.counts[(LLM, GROUP, "")] == many - 1
+    assert "new3" in rendered
+    assert "job-moved" in rendered
+
+
+async def test_two_large_relists_at_once_are_both_applied_and_a_cancelled_one_not_at_all() -> None:
+    from slo_api import index as index_module
+
+    many = 2 * index_module.REPLACE_TURN
+    index = two_kinds()
+    for plural in (LLM, JOB):
+        index.reached(plural, GROUP, None, "1")
+        index.replace(plural, [cr(f"{plural}{i}", "1", f"{plural}-{i}") for i in range(many)])
+        index.reached(plural, GROUP, None, "2")
+    llm = [cr(f"{LLM}{i}", "2", f"llm-new-{i}") for i in range(many)]
+    job = [cr(f"{JOB}{i}", "2", f"job-new-{i}") for i in range(many)]
+    await asyncio.gather(
+        index.replace_in_turns(LLM, llm, GROUP), index.replace_in_turns(JOB, job, GROUP)
+    )
+    assert index.routes("llm") == sorted(f"llm-new-{i}" for i in range(many))
+    assert index.routes("job") == sorted(f"job-new-{i}" for i in range(many))
+
+    before = index.routes()
+    relist = asyncio.create_task(
+        index.replace_in_turns(LLM, [cr(f"{LLM}{i}", "3", f"x{i}") for i in range(many)], GROUP)
+    )
+    await asyncio.sleep(0)  # its first turn
+    assert index.replacing
+    relist.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await relist
+    assert index.routes() == before
+    assert index.replacing == {}
+    await index.replace_in_turns(LLM, [cr(f"{LLM}{i}", "3", f"y{i}") for i in range(many)], GROUP)
+    assert index.routes("llm") == sorted(f"y{i}" for i in range(many))
 
 
 async def test_a_relist_that_changes_few_crs_is_applied_in_one_step(
