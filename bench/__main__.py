@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench import fanout, load, populate, scenarios
+from bench import cores, fanout, load, populate, scenarios
 from bench.report import fanout_runs, render
 from controlplane import fleet
 from controlplane.cluster import Cluster
@@ -104,15 +104,17 @@ def _fanout(
         svc = scenarios.ServiceProcess(kubeconfig, workdir, extra_env=env).start()
         try:
             log(f"fan-out: {watchers} change streams, 100 changes/s through the API server")
-            result = fanout.fanout(
-                svc,
-                client_args,
-                workdir,
-                args.fanout_routes,
-                settings,
-                watchers=watchers,
-                rate=args.fanout_rate,
-            )
+            with cores.apart(svc.pid) as pinned:
+                result = fanout.fanout(
+                    svc,
+                    client_args,
+                    workdir,
+                    args.fanout_routes,
+                    settings,
+                    watchers=watchers,
+                    rate=args.fanout_rate,
+                )
+            result["cores"] = pinned
         except fanout.NotOpened as exc:
             # One count out of reach of the machine must not lose the rest of the run.
             log(f"fan-out with {watchers} streams not measured: {exc}")

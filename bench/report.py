@@ -107,7 +107,7 @@ def _fanout_rows(f: dict[str, Any], row: Any) -> None:
     row(
         f"GET /config pageSize=200, page 1, {routes:,} routes, {rate:g} changes/s, "
         f"with {watchers:,} watchers open (watcher processes at nice 19 used "
-        f"{f.get('watcher_clients_cpu', 0):.2f} cores)",
+        f"{f.get('watcher_clients_cpu', 0):.2f} cores; {f.get('cores', 'cores shared')})",
         _rps(watched),
         _lat(watched),
         _rps(alone) + " without watchers",
@@ -611,7 +611,12 @@ machine. A flush is written 500 streams a turn, and the next one waits until flu
 most a fifth of the loop thread's CPU (0.5 s at most), so with 5,000 streams changes come in
 fewer, larger writes. On these two cores the watchers, the load generator, the bench's API
 server and etcd share the CPU with slo-api, and `GET /config` with streams open loses more than
-the flushes' own CPU (0.57 with 1,000 streams while they took 0.35 cores in all). The fan-out
+the flushes' own CPU (0.57 with 1,000 streams while they took 0.35 cores in all). On a machine
+of 4 or more cores slo-api runs on a core of its own for the fan-out and everything else on the
+others (bench/cores.py), as in a cluster. Tried on these two (2026-12-01 18:54 UTC): with its
+own core slo-api served 2,272 req/s without streams at 0.89 cores and 0.83 of that with 1,000
+streams open, but the one core left could not carry the API server, etcd and the bench's changes
+(53 of the 100 a second reached), so the runs here share both cores. The fan-out
 rows were measured at the load average they show; earlier runs the same day at load 4-9 gave
 delivery p99 from the API server's answer of 0.27-1.7 s and `/config` 0.49-0.76 with 1,000
 streams. With 1,000 routes the stalled clients' initial states may fit in the kernel's socket
