@@ -267,8 +267,12 @@ def main() -> int:
     return 0
 
 
-# Figures measured by their own command, not by the full run: kept from the last results.
-MEASURED_ALONE = {"stream_costs": "python -m bench.stream_costs"}
+# Figures measured by their own command, not by the full run (the fan-out: when run with
+# --watchers 0): kept from the last results, each with the time it was measured.
+MEASURED_ALONE = {
+    "stream_costs": "python -m bench.stream_costs",
+    "fanout": "python -m bench --only fanout",
+}
 
 
 def _carry_over(path: Path, results: dict[str, Any]) -> None:

@@ -277,6 +277,7 @@ def render(results: dict[str, Any]) -> str:
     )
     row(*["---"] * 9)
     rps_by_page: dict[str, dict[str, float]] = {}
+    base_by_page: dict[str, dict[str, float]] = {}
     for size in sizes:
         # In page order: results.json keeps its keys sorted by name.
         pages = results["sizes"][size]["config"].items()
@@ -284,6 +285,7 @@ def render(results: dict[str, Any]) -> str:
             subject, base = c["subject"], c["baseline"]
             ratio = subject["rps"]["median"] / base["rps"]["median"]
             rps_by_page.setdefault(label, {})[size] = subject["rps"]["median"]
+            base_by_page.setdefault(label, {})[size] = base["rps"]["median"]
             row(
                 f"GET /config pageSize=200, {label} page ({c['page']}), "
                 f"{int(size):,} routes, {c['bytes']:,} B",
@@ -300,8 +302,12 @@ def render(results: dict[str, Any]) -> str:
         small, large = sizes[0], sizes[-1]
         for label, by_size in rps_by_page.items():
             ratio = by_size[large] / by_size[small]
+            # The sizes are measured minutes apart: the baseline, which does no work per
+            # route, shows how far the machine drifted in between.
+            drift = base_by_page[label][large] / base_by_page[label][small]
             row(
-                f"GET /config {label} page: flat in routes ({int(large):,} vs {int(small):,})",
+                f"GET /config {label} page: flat in routes ({int(large):,} vs {int(small):,}; "
+                f"the baseline's own ratio, machine drift: {drift:.2f})",
                 _n(by_size[large]),
                 "",
                 _n(by_size[small]) + f" at {int(small):,}",
