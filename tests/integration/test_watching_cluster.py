@@ -22,6 +22,7 @@ import pytest
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster, crds
 from slo_api.groups import KindWatch
+from slo_api.index import CRIndex
 from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.service import RunningService, running
@@ -351,9 +352,28 @@ async def test_the_index_is_current_within_seconds_of_each_api_server_restart(
             print(f"restart {n + 1}: the index was current {took:.1f}s after readiness")
 
 
+@pytest.mark.parametrize("replace_turn", [None, 2], ids=["one-step", "built-aside"])
 async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished(
-    own: Cluster, own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: TcpProxy
+    own: Cluster,
+    own_admin: Admin,
+    own_namespace: str,
+    gated_kubeconfig: Path,
+    gate: TcpProxy,
+    replace_turn: int | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    asides: list[object] = []
+    if replace_turn is not None:
+        # Three changes over a turn of two: the relist is applied to a copy of the index
+        # built aside and swapped in, as one that changes over 1,000 CRs is.
+        monkeypatch.setattr("slo_api.index.REPLACE_TURN", replace_turn)
+        aside = CRIndex._aside
+
+        def counted(index: CRIndex) -> CRIndex:
+            asides.append(index)
+            return aside(index)
+
+        monkeypatch.setattr(CRIndex, "_aside", counted)
     ns = own_namespace
     for name in ("a", "b", "c"):
         own_admin.create(crs.llm(ns, name, service_id=f"{ns}-{name}"))
@@ -395,6 +415,7 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         # After a 410 the relist pages through etcd, as client-go's reflector does.
         assert upstream_calls(service, "list") > 0
         assert (await service.get("/readyz")).status_code == 200
+        assert bool(asides) == (replace_turn is not None)
 
 
 async def test_a_silent_connection_is_reconnected_without_a_relist(
