@@ -134,6 +134,7 @@ async def test_what_changes_while_a_large_relist_is_applied_is_kept() -> None:
     index.reached(LLM, GROUP, None, "10")
     index.replace(LLM, [cr(f"c{i}", "10", f"r{i}") for i in range(many)], GROUP)
     index.replace(JOB, [cr("j", "10", "job-route")], GROUP)
+    assert index.rendered("v", "job-route", lambda route: "job-before") == "job-before"
     rendered: list[str] = []
     index.subscribe(lambda routes: rendered.extend(sorted(routes)))
     index.reached(LLM, GROUP, None, "20")
@@ -157,6 +158,8 @@ async def test_what_changes_while_a_large_relist_is_applied_is_kept() -> None:
     assert await during(relist, index, meanwhile) >= 2
     assert done
     assert index.routes("job") == ["job-moved"]
+    # Cached before the relist, dropped by the event made on the copy too: not served stale.
+    assert index.rendered("v", "job-route", lambda route: "job-after") == "job-after"
     assert routes_of(index)["c1"] == "patched"
     assert index.get(LLM, "ns", "c2") is None
     assert routes_of(index)["c3"] == "new3"
