@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from slo_api import __version__, tracing
 from slo_api.api import docs, errors, health, routes
-from slo_api.api.middleware import RequestMiddleware
+from slo_api.api.middleware import App, RequestMiddleware
 from slo_api.api.schema import add_components
 from slo_api.auth import TokenStore
 from slo_api.metrics import Metrics
@@ -48,7 +48,7 @@ def create_app(
             await runtime.stop()
             tracing.shutdown()
 
-    app = FastAPI(
+    app = App(
         title="slo-api",
         version=__version__,
         description=DESCRIPTION,

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: request ids, the body-size limit, request metrics and one log line."""
+"""The application's outer layers: its entry (the server's `send` kept for change streams),
+then request ids, the body-size limit, request metrics and one log line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import time
 
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slo_api import tracing
@@ -26,10 +28,20 @@ _NOSNIFF = (b"x-content-type-options", b"nosniff")
 # Where the auth dependency leaves who called, for the request log line: the scope outlives
 # the endpoint, while a context variable set in a dependency would not reach this middleware.
 CALLER_SCOPE_KEY = "slo_api.caller"
-# A scope key: the `send` this middleware was given. A change stream writes its body through
-# it, past the layers below that only look at the response's start: thousands of streams
-# writing every flush would otherwise pay each layer's call per write.
+# A scope key: the server's own `send`, left there by the application's entry (App). A
+# change stream writes its body through it (or straight to the connection, see
+# direct_write), past every layer, these included, that only looks at the response's start:
+# thousands of streams writing every flush would otherwise pay each layer's call per write.
 RAW_SEND = "slo_api.raw_send"
+
+
+class App(FastAPI):
+    """FastAPI, leaving the server's own `send` in the scope (RAW_SEND) for change streams:
+    Starlette puts its error middleware outside every layer added, so no middleware gets it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 class RequestMiddleware:
@@ -49,7 +61,6 @@ class RequestMiddleware:
         # 32 random hex digits, as uuid4().hex was, without building a UUID per request.
         rid = sent_id if _SAFE_ID.fullmatch(sent_id) else os.urandom(16).hex()
         token = request_id.set(rid)
-        scope[RAW_SEND] = send
         started = time.perf_counter()
         status = 500
         tracer = tracing.active()

@@ -11,6 +11,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from slo_api.api.direct_write import write_now
 from slo_api.api.middleware import RAW_SEND, STREAM_LABEL
 from slo_api.errors import ApiError
 from slo_api.feed import (
@@ -95,7 +96,7 @@ class WatchResponse(Response):
             listener = asyncio.create_task(_disconnected(receive))
             listener.add_done_callback(lambda t: None if t.cancelled() else feed.gone(stream))
             try:
-                await feed.serve(stream, write)
+                await feed.serve(stream, write, write_now(body))
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if not stream.cancelled or task is None:

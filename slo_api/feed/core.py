@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
 from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History, shown
-from slo_api.feed.pump import Pump, Write
+from slo_api.feed.pump import Pump, Write, WriteNow
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
 from slo_api.service import Allowed, Service
@@ -223,11 +223,12 @@ class Feed:
                         "watch again without since",
                     )
 
-    async def serve(self, stream: Stream, write: Write) -> None:
+    async def serve(self, stream: Stream, write: Write, write_now: WriteNow | None = None) -> None:
         """Write the stream's events until it is ended or the feed closes.
 
         The stream's own task writes its initial state; after it, the flusher writes to it
-        (see `_deliver`) and the task only waits for the stream to be over. `Feed.end`
+        (see `_deliver`: with `write_now` when that takes the bytes, else with `write`) and
+        the task only waits for the stream to be over. `Feed.end`
         cancels the task running this (the caller catches that cancellation when
         `stream.cancelled` says it was the feed's).
         """
@@ -240,7 +241,7 @@ class Feed:
                 await self._initial(stream, write)
             if self.closing:
                 return
-            stream.write = write
+            stream.write, stream.write_now = write, write_now
             finished = stream.finished = asyncio.get_running_loop().create_future()
             self.flusher.join(stream)
             self._deliver(stream)  # what came meanwhile, or all after a resume's position
@@ -273,7 +274,7 @@ class Feed:
         nothing more until it is done: the history keeps what follows (bounded in bytes: a
         stream that falls behind what it keeps is ended), never a queue per stream.
         """
-        finished, write = stream.finished, stream.write
+        finished, write, write_now = stream.finished, stream.write, stream.write_now
         if finished is None or finished.done() or write is None or stream.pump is not None:
             return 0
         flusher, changelog = self.flusher, self.log
@@ -295,6 +296,9 @@ class Feed:
             else:
                 return sent
             sent += count
+            if write_now is not None and write_now(chunk):
+                stream.written = upto
+                continue
             pump = Pump(write(chunk), self._written)
             if pump.error is not None:
                 _fail(finished, pump.error)
