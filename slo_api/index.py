@@ -118,6 +118,7 @@ _STATE = (
     "encoded_bytes",
     "rendered_bytes",
     "counts",
+    "_places",
 )
 
 
@@ -251,6 +252,11 @@ class CRIndex:
         self._members: dict[tuple[str, str], frozenset[Key]] = {}
         self._all = _SortedNames()
         self._by_kind = {k.name: _SortedNames() for k in self.kinds.values()}
+        # CRs shown per (plural, namespace, API group): where a caller's access is asked
+        # about. Kept as CRs come and go, so a read does not walk them all to find out; and
+        # `places_version` moves only when a place appears or goes.
+        self._places: Counter[tuple[str, str, str]] = Counter()
+        self.places_version = 0
         # Routes whose claims changed since the sorted lists were last brought up to date.
         self._touched: set[str] = set()
         # Values derived from a route's CRs (its /config line, say), by view then route, so
@@ -336,10 +342,10 @@ class CRIndex:
         for (namespace, _), entry in self._objects[plural].items():
             yield namespace, entry.route
 
-    def placed_groups(self, plural: str) -> Iterator[tuple[str, str]]:
-        """(namespace, API group) of every CR of a kind shown: whose rights let a caller see it."""
-        for (namespace, _), entry in self._objects[plural].items():
-            yield namespace, entry.group
+    def places(self) -> Iterable[tuple[str, str, str]]:
+        """Each (plural, namespace, API group) that has CRs shown, once: whose rights let a
+        caller see them. The same until `places_version` moves."""
+        return self._places.keys()
 
     def routes(self, kind: str | None = None) -> list[str]:
         """Route names in sorted order, all or those claimed by a kind (not a copy)."""
@@ -622,6 +628,7 @@ class CRIndex:
         other._by_kind = {name: names.copy() for name, names in self._by_kind.items()}
         other._rendered = {view: dict(cache) for view, cache in self._rendered.items()}
         other.counts = Counter(self.counts)
+        other._places = Counter(self._places)
         other._touched, other._changed, other._moved = set(), set(), set()
         other._listeners, other._updated = [], []
         other._log, other._built = None, None
@@ -657,6 +664,7 @@ class CRIndex:
         ]
         for attr in _STATE:
             setattr(self, attr, getattr(other, attr))
+        self.places_version += 1
         # Usually nothing is waiting here (every change is published as it is made): then
         # the copy's sets are taken as they are, not merged into (100,000 routes: ~20 ms).
         self._changed = other._changed if not self._changed else self._changed | other._changed
@@ -721,6 +729,10 @@ class CRIndex:
             self._unlink(key, old)
             if old.group != entry.group:
                 self._moved.add(entry.route)
+                self._unplace((plural, name[0], old.group))
+                self._place((plural, name[0], entry.group))
+        else:
+            self._place((plural, name[0], entry.group))
         self._objects[plural][name] = entry
         self._link(key, entry)
 
@@ -728,6 +740,20 @@ class CRIndex:
         old = self._objects[plural].pop(name, None)
         if old is not None:
             self._unlink((plural, *name), old)
+            self._unplace((plural, name[0], old.group))
+
+    def _place(self, place: tuple[str, str, str]) -> None:
+        self._places[place] += 1
+        if self._places[place] == 1:
+            self.places_version += 1
+
+    def _unplace(self, place: tuple[str, str, str]) -> None:
+        left = self._places[place] - 1
+        if left:
+            self._places[place] = left
+        else:
+            del self._places[place]
+            self.places_version += 1
 
     def _forget(self, route: str) -> None:
         for cache in self._rendered.values():

@@ -43,7 +43,8 @@ class VisiblePages:
         self.index = index
         self.changes = changes
         self._name = {p: k.name for p, k in service.kinds.items()}
-        self._seq = -1
+        # The change log's seq and the index's places_version the caches below were built at.
+        self._at = (-1, -1)
         self._full = False  # whether the change log follows the full view yet
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
@@ -51,19 +52,24 @@ class VisiblePages:
         self._pages: BoundedDict[PageKey, tuple[bytes, str]] = BoundedDict(PAGES)
 
     def _follow_changes(self) -> None:
-        if self._seq == self.changes.seq:
+        at = (self.changes.seq, self.index.places_version)
+        if at == self._at:
             return
-        self._seq = self.changes.seq
-        held: dict[str, dict[str, set[str]]] = {}
-        for plural in self.service.kinds:
-            spaces = held[self._name[plural]] = {}
-            for namespace, group in self.index.placed_groups(plural):
-                spaces.setdefault(namespace, set()).add(group)
-        self._held = {
-            k: {ns: frozenset(groups) for ns, groups in spaces.items()}
-            for k, spaces in held.items()
-        }
-        self._everything = frozenset((k, ns) for k, spaces in self._held.items() for ns in spaces)
+        if at[1] != self._at[1]:
+            # A namespace or API group got its first CR of a kind or lost its last: rare, and
+            # a walk of the places, not of the CRs.
+            held: dict[str, dict[str, set[str]]] = {k: {} for k in self._name.values()}
+            for plural, namespace, group in self.index.places():
+                if plural in self._name:
+                    held[self._name[plural]].setdefault(namespace, set()).add(group)
+            self._held = {
+                k: {ns: frozenset(groups) for ns, groups in spaces.items()}
+                for k, spaces in held.items()
+            }
+            self._everything = frozenset(
+                (k, ns) for k, spaces in self._held.items() for ns in spaces
+            )
+        self._at = at
         self._routes.clear()
         self._pages.clear()
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from slo_api.feed.history import ChangeLog
 from slo_api.visible import VisiblePages
 from tests.unit.test_index_cache import LLM, cr, make_service, pool
 
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
+Obj = dict[str, Any]
 
 
 def make_pages() -> tuple[VisiblePages, ChangeLog]:
@@ -62,3 +65,38 @@ def test_a_copy_moving_to_another_api_group_moves_what_access_is_asked_about() -
     index.upsert(LLM, new)
     assert log.seq > seq
     assert pages.held()["llm"] == {"ns": frozenset({NEW})}
+
+
+def new_cr(ns: str, name: str, route: str, **kw: Any) -> Obj:
+    return {**cr(ns, name, route, **kw), "apiVersion": f"{NEW}/v1alpha1"}
+
+
+async def test_what_access_is_asked_about_follows_namespaces_that_gain_or_lose_their_crs() -> None:
+    from slo_api import index as index_module
+
+    pages, log = make_pages()
+    index = pages.index
+    index.upsert(LLM, new_cr("a", "one", "one"))
+    held = pages.held()
+    assert held["llm"] == {"a": frozenset({NEW})}
+    # More CRs where there are some already, and changes to them: a read finds the same
+    # namespaces it did, without looking at every CR again.
+    seq = log.seq
+    index.upsert(LLM, new_cr("a", "two", "two"))
+    index.upsert(LLM, new_cr("a", "one", "one", rv=2, priority=5))
+    assert log.seq > seq
+    assert pages.held() is held
+    index.upsert(LLM, new_cr("b", "three", "three"))
+    assert pages.held()["llm"] == {"a": frozenset({NEW}), "b": frozenset({NEW})}
+    index.delete(LLM, new_cr("a", "one", "one"))
+    assert set(pages.held()["llm"]) == {"a", "b"}
+    index.delete(LLM, new_cr("a", "two", "two"))
+    assert pages.held()["llm"] == {"b": frozenset({NEW})}
+    assert pages.held()["job"] == {}
+    # A relist large enough to be applied to a copy built aside, moving every CR to "c".
+    many = index_module.REPLACE_TURN + 1
+    listed = [new_cr("c", f"n{i}", f"r{i}", rv=3) for i in range(many)]
+    await index.replace_in_turns(LLM, listed, NEW)
+    assert pages.held()["llm"] == {"c": frozenset({NEW})}
+    index.delete(LLM, listed[0])
+    assert pages.held()["llm"] == {"c": frozenset({NEW})}
