@@ -609,24 +609,30 @@ What limits the goals marked **no**:
   the same two cores than the direct merge patch it is compared with.
 The change-stream rows depend on `WATCH_FLUSH_SECONDS` (0.1 s): slo-api is one event loop, and
 each flush writes to every open stream (each batch is framed once and shared; a new stream's
-initial state is a join of cached frames). What is left per stream is the write itself: in a
-py-spy profile of the fan-out in-process (`python -m bench.fanout_costs`, 1,000 streams, 100
-changes a second) half of slo-api's samples are the socket's `send` system call, the rest
-uvicorn's `send`, the loop and the flusher, about 12 microseconds a stream per flush on a quiet
-machine. A flush is written 500 streams a turn, and the next one waits until flushing takes at
-most a fifth of the loop thread's CPU (0.5 s at most), so with 5,000 streams changes come in
-fewer, larger writes. On these two cores the watchers, the load generator, the bench's API
-server and etcd share the CPU with slo-api, and `GET /config` with streams open loses more than
-the flushes' own CPU (0.57 with 1,000 streams while they took 0.35 cores in all). On a machine
-of 4 or more cores slo-api runs on a core of its own for the fan-out and everything else on the
-others (bench/cores.py), as in a cluster. Tried on these two (2026-12-01 18:54 UTC): with its
-own core slo-api served 2,272 req/s without streams at 0.89 cores and 0.83 of that with 1,000
-streams open, but the one core left could not carry the API server, etcd and the bench's changes
-(53 of the 100 a second reached), so the runs here share both cores. The fan-out
-rows were measured at the load average they show; earlier runs the same day at load 4-9 gave
-delivery p99 from the API server's answer of 0.27-1.7 s and `/config` 0.49-0.76 with 1,000
-streams. With 1,000 routes the stalled clients' initial states may fit in the kernel's socket
-buffers; a writer really stuck on a full socket is cut 2 s after SIGTERM
+initial state is a join of cached frames), framed as an HTTP chunk once and put on each
+stream's connection past uvicorn's `send`. What is left per stream is the write itself: in the
+fan-out in-process (`python -m bench.fanout_costs`, 1,000 streams, 100 changes a second, on a
+quiet machine) the streams cost 8-10 microseconds a stream per flush (12-14 through uvicorn's
+`send`), and a `perf` profile puts three quarters of that in the kernel: on loopback the
+sender's `send` also runs the receiving side's TCP and wakes the client, which a real network
+leaves to the client's machine. A flush is written 500 streams a turn, and the next one waits
+until flushing takes at most a tenth of the loop thread's CPU (0.5 s at most), so with 5,000
+streams changes come in fewer, larger writes. On these two cores the watchers, the load
+generator, the bench's API server and etcd share the CPU with slo-api, and `GET /config` with
+streams open loses more than the flushes' own CPU. Four runs of this code (2026-12-01
+20:38-20:55 UTC, load 3.6-5.6) gave, with 1,000 streams, `/config` 0.63-0.85 and delivery p99
+from the API server's answer 261-375 ms; with 5,000, `/config` 0.62-0.96 (against baselines of
+661-1,114 req/s) and p99 1.7-2.0 s: on these cores the spread between runs is wider than what
+separates a goal met from one missed. On a machine of 4 or more cores slo-api runs on a core of
+its own for the fan-out and everything else on the others (bench/cores.py), as in a cluster.
+Tried on these two (2026-12-01 18:54 UTC): with its own core slo-api served 2,272 req/s without
+streams at 0.89 cores and 0.83 of that with 1,000 streams open, but the one core left could not
+carry the API server, etcd and the bench's changes (53 of the 100 a second reached), so the
+runs here share both cores. The fan-out rows were measured at the load average they show;
+before the flusher wrote past uvicorn's `send`, runs the same day at load 4-9 gave delivery p99
+from the API server's answer of 0.27-1.7 s and `/config` 0.49-0.76 with 1,000 streams. With
+1,000 routes the stalled clients' initial states may fit in the kernel's socket buffers; a
+writer really stuck on a full socket is cut 2 s after SIGTERM
 (tests/integration/test_watch_stream.py proves it with 6 MB initial states).
 {stream_costs}
 The machine has 2 cores shared by etcd, kube-apiserver, slo-api and the load generator, so

@@ -190,7 +190,7 @@ class Settings(BaseSettings):
         description="Changes go out to the change streams together, this long after the first "
         "of them: longer costs less CPU per stream, shorter is sooner (`0`: at once). With "
         "thousands of streams a flush itself takes long, and the next one waits until flushing "
-        "takes at most a fifth of the event loop (0.5 s at most).",
+        "takes at most a tenth of the event loop (0.5 s at most).",
     )
     max_watchers: int = Field(
         1000, ge=1, description="Most open change streams; more are 429 with `Retry-After`."
