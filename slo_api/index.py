@@ -337,6 +337,10 @@ class CRIndex:
         """The (plural, namespace) of each CR claiming a route, without decoding them."""
         return [(plural, ns) for plural, ns, _ in sorted(self._claims.get(route, ()))]
 
+    def claimants(self, route: str) -> tuple[Key, ...]:
+        """The (plural, namespace, name) of each CR claiming a route, in no order."""
+        return self._claims.get(route, ())
+
     def placed(self, plural: str) -> Iterator[tuple[str, str]]:
         """(namespace, route) of every CR of a kind shown, without decoding any."""
         for (namespace, _), entry in self._objects[plural].items():

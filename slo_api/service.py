@@ -24,6 +24,18 @@ STALE_ETAG = "the route changed since the ETag you sent: read it again and retry
 
 # (kind name, namespace) pairs a caller may list: what access, /config and the stream share.
 Allowed = frozenset[tuple[str, str]]
+Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
+
+
+def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
+    """The visibility rule of a route, for /config and its stream alike: claimed by a CR of
+    the kind asked for (any kind without one), and by at least one CR the caller may list
+    (of any kind: an ambiguous route is listed as such to whoever may see one of its CRs)."""
+    if not owners:
+        return False
+    if kind is not None and all(k != kind for k, _ in owners):
+        return False
+    return allowed is None or any(owner in allowed for owner in owners)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ The change log (slo_api/feed) is the one change signal: its `seq` moves with eve
 publishes in a view it follows, so a page built at one `seq` stays true until the next. The
 allowed (kind, namespace) pairs of a caller who may list some namespaces only (a Kubernetes
 identity) are worked out once per request (by the Authorizer, from the namespaces and API
-groups `held` names); the routes they let the caller see, and the pages built from them, are
-kept the same way, so a caller polling its pages pays a few dictionary look-ups, as a
-static-token caller does.
+groups `held` names); the pages built for them are kept the same way, so a caller polling its
+pages pays a few dictionary look-ups, as a static-token caller does. The routes such a caller
+may see are kept across changes: each change puts the routes it touched in or out of them, so
+no read after a change walks every CR.
 
 An ETag is a hash of the page's bytes: the same content has the same ETag on every replica
 (a poller behind a Service gets its 304 from either), and it changes whenever the content does.
@@ -14,15 +15,19 @@ An ETag is a hash of the page's bytes: the same content has the same ETag on eve
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import Protocol
 
 from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex
-from slo_api.service import Allowed, Service, weak_etag
+from slo_api.service import Allowed, Owners, Service, shown, weak_etag
 
 ROUTE_LISTS = 64
 PAGES = 256
+# Above this many (route, kept list) pairs in one change (a relist), the kept route lists are
+# dropped and built again when next read: one walk instead of a long turn of the loop.
+MOVES = 20_000
 PageKey = tuple[Allowed | None, int, int, str | None, bool]
 
 
@@ -48,8 +53,11 @@ class VisiblePages:
         self._full = False  # whether the change log follows the full view yet
         self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._everything: Allowed = frozenset()
+        # Sorted, as the index's: the routes a caller may see, by (allowed, kind), kept current
+        # by each change (`_claims_changed`).
         self._routes: BoundedDict[tuple[Allowed, str | None], list[str]] = BoundedDict(ROUTE_LISTS)
         self._pages: BoundedDict[PageKey, tuple[bytes, str]] = BoundedDict(PAGES)
+        index.subscribe(self._claims_changed)
 
     def _follow_changes(self) -> None:
         at = (self.changes.seq, self.index.places_version)
@@ -70,7 +78,6 @@ class VisiblePages:
                 (k, ns) for k, spaces in self._held.items() for ns in spaces
             )
         self._at = at
-        self._routes.clear()
         self._pages.clear()
 
     def held(self) -> dict[str, dict[str, frozenset[str]]]:
@@ -116,15 +123,40 @@ class VisiblePages:
         return line
 
     def _visible(self, allowed: Allowed, kind: str | None) -> list[str]:
-        """Routes with at least one claiming CR the caller may list (an ambiguous route too)."""
+        """The routes `shown` to a caller: worked out from the CRs in one pass (at 100,000
+        CRs about a quarter of the time `shown` takes route by route), then kept."""
         key = (allowed, kind)
         routes = self._routes.get(key)
         if routes is None:
-            seen: set[str] = set()
+            seen: set[str] = set()  # claimed by at least one CR the caller may list
             for plural, k in self.service.kinds.items():
                 for namespace, route in self.index.placed(plural):
                     if (k.name, namespace) in allowed:
                         seen.add(route)
+            # ...and by one of the kind asked for.
             routes = [route for route in self.index.routes(kind) if route in seen]
             self._routes[key] = routes
         return routes
+
+    def _shown(self, route: str, allowed: Allowed, kind: str | None) -> bool:
+        names = self._name
+        owners: Owners = tuple((names[p], ns) for p, ns, _ in self.index.claimants(route))
+        return shown(owners, kind, allowed)
+
+    def _claims_changed(self, routes: set[str]) -> None:
+        """The index told which routes changed (their claims among them): each kept list
+        takes in or lets go of those routes, in their sorted place."""
+        if not self._routes:
+            return
+        if len(routes) * len(self._routes) > MOVES:
+            self._routes.clear()
+            return
+        for (allowed, kind), listed in self._routes.items():
+            for route in routes:
+                at = bisect.bisect_left(listed, route)
+                there = at < len(listed) and listed[at] == route
+                if self._shown(route, allowed, kind):
+                    if not there:
+                        listed.insert(at, route)
+                elif there:
+                    del listed[at]

@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
-from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History, shown
+from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History
 from slo_api.feed.pump import Pump, Write, WriteNow
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
-from slo_api.service import Allowed, Service
+from slo_api.service import Allowed, Service, shown
 
 log = logging.getLogger("slo_api.feed")
 

@@ -37,11 +37,10 @@ import orjson
 from slo_api import heap
 from slo_api.feed import framing
 from slo_api.index import Source
-from slo_api.service import Allowed, Service
+from slo_api.service import Allowed, Owners, Service, shown
 
 VIEWS = ("summary", "full")
 
-Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
 # Per informer, sorted: the resourceVersion it reached, and 1 + the objects it held there
 # (0: not known, the index being ahead of what was published for it).
 Vector = tuple[tuple[Source, int, int], ...]
@@ -56,17 +55,6 @@ Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
 # framed copy of it (what streams of one format make of it).
 ENTRY_OVERHEAD = 250
-
-
-def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
-    """The visibility rule of a route, for /config and its stream alike: claimed by a CR of
-    the kind asked for (any kind without one), and by at least one CR the caller may list
-    (of any kind: an ambiguous route is listed as such to whoever may see one of its CRs)."""
-    if not owners:
-        return False
-    if kind is not None and all(k != kind for k, _ in owners):
-        return False
-    return allowed is None or any(owner in allowed for owner in owners)
 
 
 class Expired(Exception):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from slo_api.feed.history import ChangeLog
 from slo_api.visible import VisiblePages
-from tests.unit.test_index_cache import LLM, cr, make_service, pool
+from tests.unit.test_index_cache import JOB, LLM, cr, make_service, pool
 
 NEW, OLD = "inference.modelsphere.dev", "inference.x-k8s.io"
 Obj = dict[str, Any]
@@ -100,3 +102,49 @@ async def test_what_access_is_asked_about_follows_namespaces_that_gain_or_lose_t
     assert pages.held()["llm"] == {"c": frozenset({NEW})}
     index.delete(LLM, listed[0])
     assert pages.held()["llm"] == {"c": frozenset({NEW})}
+
+
+def test_a_scoped_callers_routes_stay_what_its_namespaces_hold_through_every_change() -> None:
+    import random
+
+    from slo_api import visible
+
+    pages, _ = make_pages()
+    index = pages.index
+    rng = random.Random(7)
+    spaces, routes = ["a", "b", "c"], [f"r{i}" for i in range(12)]
+    callers = [frozenset({("llm", "a")}), frozenset({("llm", "b"), ("job", "c")})]
+
+    def expected(allowed: frozenset[tuple[str, str]], kind: str | None) -> list[str]:
+        # From the claims as they are now: a route shows where one of its CRs may be listed.
+        out = []
+        for route in index.routes(kind):
+            claims = [("llm" if p == LLM else "job", ns) for p, ns in index.claimed_in(route)]
+            if any(place in allowed for place in claims):
+                out.append(route)
+        return out
+
+    rebuilt, kept = 0, None
+    for step in range(300):
+        plural = rng.choice([LLM, JOB])
+        obj = new_cr(rng.choice(spaces), f"n{rng.randrange(15)}", rng.choice(routes), rv=step + 2)
+        if plural == JOB:
+            obj["spec"]["queue"] = {"maxDepth": 1, "promql": "up"}
+        if rng.random() < 0.3:
+            index.delete(plural, obj)
+        else:
+            index.upsert(plural, obj)
+        if step == 150:  # a change touching more than the kept lists take in place
+            visible.MOVES, saved = 0, visible.MOVES
+            index.upsert(LLM, new_cr("a", "extra", "r0", rv=10_000))
+            visible.MOVES = saved
+        for allowed in callers:
+            for kind in (None, "llm", "job"):
+                body = pages.page(allowed, 1, 100, kind, False)[0]
+                shown = [item["route"] for item in orjson.loads(body)["items"]]
+                assert shown == expected(allowed, kind), (step, allowed, kind)
+        now = pages._visible(callers[0], None)
+        rebuilt += now is not kept
+        kept = now
+    # Kept and brought up to date by each change, built again only after the large one.
+    assert rebuilt == 2
