@@ -2,7 +2,8 @@
 
 The flusher writes a caught-up stream's bytes straight to its connection (see
 slo_api/api/direct_write.py); what the client reads must still be one well-formed chunked
-response, whichever way each part went.
+response, whichever way each part went. Under another protocol (h11) nothing is written that
+way.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ Obj = dict[str, Any]
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[int]:
+async def serving(app: Any, http: str = "httptools") -> AsyncIterator[int]:
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http="httptools", lifespan="off", log_config=None
+        app, host="127.0.0.1", port=port, http=http, lifespan="off", log_config=None
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -187,3 +188,20 @@ async def test_a_client_that_stops_reading_is_ended_and_reads_whole_events_up_to
             assert last is changes[-1]
         await until(lambda: not feed.streams, "the stream closed")
         stalled.close()
+
+
+async def test_under_another_http_protocol_every_write_goes_through_asgi(start: Started) -> None:
+    kube = FakeKube({"llmslorequirements": [llm_cr("a", "first")]})
+    async with start(kube) as (_, app), serving(app, http="h11") as port:
+        feed = app.state.runtime.feed
+        client = await ChunkedReader.open(port)
+        await client.until(lambda e: e["type"] == "BOOKMARK" and e.get("initial"))
+        await until(lambda: all(s.write is not None for s in feed.streams), "caught up")
+        assert [s.write_now for s in feed.streams] == [None]
+        added = llm_cr("b", "second")
+        added["metadata"].update(uid="uid-b", resourceVersion="99")
+        feed.index.upsert("llmslorequirements", added)
+        assert (await client.until(lambda e: e.get("route") == "second"))["type"] == "ADDED"
+        feed.close_all()
+        await client.to_the_end()
+        client.close()
