@@ -196,6 +196,16 @@ def _stream_costs(c: dict[str, Any] | None) -> str:
             "every stream",
         ),
     ]
+    m = c.get("relist_memory_per_10k")
+    if m:
+        rows.append(
+            (
+                "memory that relist holds beside the index, per 10,000 CRs (tracemalloc): at "
+                "its peak; once the list is read; still held after it (the change log's records)",
+                f"{m['peak_mib']:.1f} MiB; {m['listed_mib']:.1f} MiB; {m['after_mib']:.1f} MiB",
+                f"the index itself: {m['index_mib']:.1f} MiB",
+            )
+        )
     table = "\n".join(f"| {a} | {b} | {d} |" for a, b, d in rows)
     if r["streams"] < STALL_GOAL_STREAMS:
         goal = f"{STALL_GOAL_STREAMS:,}"

@@ -5,7 +5,9 @@
 - memory a history entry holds beside its item (tracemalloc);
 - the longest turn of the event loop while a relist that changes every route is applied with
   S streams open (the index's replace in turns, as the informer runs it, and the feed's
-  recording), and whether every caught-up stream stays open.
+  recording), and whether every caught-up stream stays open;
+- the memory such a relist holds on top of the index (tracemalloc): the listed entries, the
+  copy of the index built aside, the change log's records.
 
 `--old PATH` runs the first measure against another implementation of the feed module (the
 one this replaced, to compare) where its interface allows.
@@ -174,6 +176,34 @@ async def relist(routes: int, streams: int, freeze: bool = True) -> dict[str, fl
     }
 
 
+async def relist_memory(routes: int) -> dict[str, float]:
+    """MiB per 10,000 CRs that a relist changing every CR holds beside the index it replaces
+    (tracemalloc): once the list is read, at the peak while it is applied, and after it."""
+    tracemalloc.start()
+    svc = service(routes)
+    f = feed(svc, history_bytes=Settings.model_fields["watch_history_bytes"].default)
+    gc.collect()
+    base = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()  # the index's build is not what is measured
+    entries = [svc.index.entry(LLM, llm(i, 3, priority=1 + i % 9), GROUP) for i in range(routes)]
+    listed = tracemalloc.get_traced_memory()[0]
+    svc.index.reached(LLM, GROUP, None, "3")
+    await svc.index.replace_in_turns(LLM, entries, GROUP)
+    del entries
+    while f.log._pending:  # noqa: ASYNC110 (the change log records it in turns)
+        await asyncio.sleep(0)
+    gc.collect()
+    after, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    per = 10_000 / routes / 2**20
+    return {
+        "index_mib": base * per,
+        "listed_mib": (listed - base) * per,
+        "peak_mib": (peak - base) * per,
+        "after_mib": (after - base) * per,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.stream_costs", description=__doc__)
     parser.add_argument("--routes", type=int, default=100_000)
@@ -185,6 +215,7 @@ def main() -> None:
     out["history_bytes_per_change"] = round(history_bytes_per_change(args.changes))
     out["relist"] = asyncio.run(relist(args.routes, args.streams))
     out["relist_without_gc_freeze"] = asyncio.run(relist(args.routes, args.streams, False))
+    out["relist_memory_per_10k"] = asyncio.run(relist_memory(args.routes))
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out["loadavg"] = " ".join(open("/proc/loadavg").read().split()[:3])  # noqa: SIM115
     print(json.dumps(out, indent=2))
