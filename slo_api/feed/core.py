@@ -228,9 +228,9 @@ class Feed:
 
         The stream's own task writes its initial state; after it, the flusher writes to it
         (see `_deliver`: with `write_now` when that takes the bytes, else with `write`) and
-        the task only waits for the stream to be over. `Feed.end`
-        cancels the task running this (the caller catches that cancellation when
-        `stream.cancelled` says it was the feed's).
+        the task only waits for the stream to be over. `Feed.end` cancels the task running
+        this (the caller catches that cancellation when `stream.cancelled` says it was the
+        feed's).
         """
         stream.task = asyncio.current_task()
         stream.serving = True
