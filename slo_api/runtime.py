@@ -47,8 +47,11 @@ class Runtime:
             settings.gitops_managers,
             settings.gitops_client_side_managers,
             settings.gitops_co_owners,
+            settings.gitops_argocd_tracking_label,
         )
         self.index: CRIndex = Service.index_for(self.kinds, ownership)
+        # Nothing remembered of GitOps owners a write took a field from, until the route
+        # history's memory is passed here (`remembered=`).
         self.service = Service(kube, self.kinds, self.index, ownership)
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -13,7 +13,7 @@ from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
-from slo_api.ownership import Owner, Ownership
+from slo_api.ownership import NOTHING, Owner, Ownership
 from slo_api.upstream import to_api_error
 
 # A write recomputed after a lost race this many times in a row gives up with 409. Each writer
@@ -25,6 +25,8 @@ STALE_ETAG = "the route changed since the ETag you sent: read it again and retry
 # (kind name, namespace) pairs a caller may list: what access, /config and the stream share.
 Allowed = frozenset[tuple[str, str]]
 Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
+# The GitOps owners remembered for a CR (see Ownership.carry), asked with the CR as it is now.
+Remembered = Callable[[Obj], Mapping[str, Owner]]
 
 
 def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
@@ -154,21 +156,41 @@ def field_managed(kind: Kind, owners: list[Owner]) -> ApiError:
                 "manager": o.manager,
                 "operation": o.operation,
                 "time": o.time,
-                "message": f"{name} is managed by {o.manager}",
+                "message": f"{name} is managed by {o.manager}" + _overridden(o),
             }
             for name, o in zip(names, owners, strict=True)
         ],
     )
 
 
+def _overridden(owner: Owner) -> str:
+    """What a remembered owner's cause adds: who changed the field since the tool applied it."""
+    if owner.overridden_by is None:
+        return ""
+    by = owner.overridden_by or "a change that removed it"
+    return f" (changed since by {by}; {owner.manager} has not applied it since)"
+
+
+def _nothing_remembered(obj: Obj) -> Mapping[str, Owner]:
+    return NOTHING
+
+
 class Service:
     def __init__(
-        self, kube: Kube, kinds: list[Kind], index: CRIndex, ownership: Ownership | None = None
+        self,
+        kube: Kube,
+        kinds: list[Kind],
+        index: CRIndex,
+        ownership: Ownership | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
+        # The owners a forced write or a kubectl edit took a field from, still in force: the
+        # route's history remembers them (managedFields alone forgets them at once).
+        self.remembered: Remembered = remembered or _nothing_remembered
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
 
@@ -264,9 +286,14 @@ class Service:
             body["managed"] = managed
         return body
 
+    def owners(self, obj: Obj) -> dict[str, Owner]:
+        """The GitOps owners of the CR's client-owned fields: those in its managedFields and
+        the remembered ones still in force. What GET shows and what a write is checked on."""
+        return self.ownership.owners(obj, self.remembered(obj))
+
     def managed(self, kind: Kind, obj: Obj) -> dict[str, str]:
         """Read-only `managed`: each client-owned field a GitOps tool owns, and that tool."""
-        owners = self.ownership.owners(obj)
+        owners = self.owners(obj)
         return {kind.api_field(f): owners[f].manager for f in sorted(owners)}
 
     # -- reads -----------------------------------------------------------------------------
@@ -369,7 +396,7 @@ class Service:
                 return Result(
                     self.project(target.kind, current, pools), etag_of(current), [], current
                 )
-            owners = self.ownership.owners(current)
+            owners = self.owners(current)
             overridden = [owners[f] for f in sorted(spec_patch) if f in owners]
             if overridden and not force:
                 # Refused only on what the API server holds now: the index's copy may be from

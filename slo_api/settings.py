@@ -227,9 +227,17 @@ class Settings(BaseSettings):
         "[Fields a GitOps tool manages](api.md#fields-a-gitops-tool-manages)).",
     )
     gitops_client_side_managers: CommaList = Field(
-        ("kubectl-client-side-apply", "flux-client-side-apply"),
-        description="Client-side apply managers, GitOps tools on a CR that carries an Argo CD, "
-        "Flux or Helm marker, for the fields in its last-applied configuration.",
+        ("kubectl-client-side-apply",),
+        description="Client-side apply managers, GitOps tools (Argo CD's default sync) on a CR "
+        "Argo CD tracks, for the fields in its last-applied configuration; a manager added "
+        "here counts on a CR with any GitOps marker.",
+    )
+    gitops_argocd_tracking_label: str = Field(
+        "",
+        description="The label by which the cluster's Argo CD tracks its resources, when it "
+        "does (`application.resourceTrackingMethod: label`, the default before Argo CD 3.0: "
+        "`app.kubernetes.io/instance`, or its `application.instanceLabelKey`); empty: only "
+        "Argo CD's `argocd.argoproj.io/tracking-id` annotation marks a CR as Argo CD's.",
     )
     gitops_co_owners: CommaList = Field(
         (),
@@ -298,6 +306,14 @@ class Settings(BaseSettings):
     def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         # `a,,b`, a trailing comma or nothing at all: no name, so none is listed.
         return tuple(item for item in value if item)
+
+    @field_validator("gitops_argocd_tracking_label")
+    @classmethod
+    def _label_key(cls, value: str) -> str:
+        value = value.strip()
+        if value and not re.fullmatch(_LABEL_KEY, value):
+            raise ValueError(f"{value!r} is not a label key (such as app.kubernetes.io/instance)")
+        return value
 
     @field_validator("llm_group", "job_group", "pool_group")
     @classmethod

@@ -1,17 +1,22 @@
 """Writes a GitOps tool would silently revert are refused, on the real API server's
-managedFields: applied server-side by Argo CD, Flux or Helm, or client-side with a marker."""
+managedFields: applied server-side by Argo CD, Flux or Helm, or client-side on a CR Argo CD
+tracks; and still refused after a forced write or a kubectl edit took the field from the tool
+(the memory of `Ownership.carry`, fed with the informer's consecutive states)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controlplane.admin import Admin
+from slo_api.index import uid_of
+from slo_api.ownership import Owner
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 
@@ -196,3 +201,160 @@ async def test_a_pool_field_helm_applied_is_named_as_the_api_names_it(
     # reclaimAfter was not in the chart: it is the client's.
     other = await service.put(f"/routes/{name}", {"pool": {"reclaimAfter": "5m"}})
     assert other.status_code == 200, other.text
+
+
+# -- ownership that outlives one write ---------------------------------------------------------
+
+
+class Memory:
+    """The owners remembered per CR, in-process for these tests (the route history keeps them
+    in its revisions): the real `Ownership.carry`, fed with each pair of consecutive states the
+    informer observed for a CR, and passed to the service as its `remembered`."""
+
+    def __init__(self, service: RunningService) -> None:
+        self.ownership = service.runtime.service.ownership
+        self.by_uid: dict[str, dict[str, Owner]] = {}
+        service.runtime.index.on_update(self.observe)
+        service.runtime.service.remembered = self.remembered
+
+    def observe(self, plural: str, old: Callable[[], dict[str, Any]], new: dict[str, Any]) -> None:
+        uid = str(uid_of(new))
+        self.by_uid[uid] = self.ownership.carry(self.by_uid.get(uid, {}), old(), new)
+
+    def remembered(self, obj: dict[str, Any]) -> Mapping[str, Owner]:
+        return self.by_uid.get(str(uid_of(obj)), {})
+
+
+TRACKED = "argocd.argoproj.io/tracking-id"
+
+
+def _tracking(namespace: str) -> dict[str, Any]:
+    return {"annotations": {TRACKED: f"app:{crs.SLO}/{KIND}:{namespace}/owned"}}
+
+
+def _edit(admin: Admin, namespace: str, patch: dict[str, Any], manager: str) -> dict[str, Any]:
+    """A change around slo-api, recorded under `manager` (kubectl edit's is kubectl-edit)."""
+    path = admin.path(crs.SLO, KIND, namespace, "owned")
+    result: dict[str, Any] = admin.request(
+        "PATCH", path, patch, "application/merge-patch+json", {"fieldManager": manager}
+    )
+    return result
+
+
+async def test_a_forced_write_leaves_the_field_argo_cds_for_the_next_put(
+    admin: Admin, namespace: str, service: RunningService
+) -> None:
+    memory = Memory(service)
+    route = await _applied(admin, service, namespace, "argocd-controller", **_tracking(namespace))
+    forced = await service.put(f"/routes/{route}", {"priority": 9}, params={"force": "true"})
+    assert forced.status_code == 200, forced.text
+    stored = _stored(admin, namespace)
+    # On the API server the field is slo-api's now: managedFields alone forgets the tool.
+    assert "priority" not in memory.ownership.owners(stored)
+    assert (await service.get(f"/routes/{route}")).json()["managed"]["priority"] == (
+        "argocd-controller"
+    )
+    again = await service.put(f"/routes/{route}", {"priority": 7})
+    assert again.status_code == 409, again.text
+    cause = again.json()["error"]["causes"][0]
+    assert (cause["field"], cause["manager"]) == ("priority", "argocd-controller")
+    assert "changed since by slo-api" in cause["message"]
+    assert _stored(admin, namespace)["spec"]["priority"] == 9
+    warned = await service.put(f"/routes/{route}", {"priority": 7}, params={"force": "true"})
+    assert "argocd-controller" in warned.headers["Warning"]
+    # Argo CD syncs: the field is simply its own again.
+    await _applied(admin, service, namespace, "argocd-controller", **_tracking(namespace))
+    await service.eventually(
+        lambda: service.indexed(route)[0][1]["spec"]["priority"] == 3, what="the sync"
+    )
+    read = (await service.get(f"/routes/{route}")).json()
+    assert read["managed"]["priority"] == "argocd-controller"
+    assert not memory.remembered(_stored(admin, namespace))["priority"].remembered
+
+
+@pytest.mark.parametrize(
+    ("manager", "marker"),
+    [
+        ("argocd-controller", {"annotations": {TRACKED: "app:x"}}),
+        (
+            "kustomize-controller",
+            {
+                "labels": {
+                    "kustomize.toolkit.fluxcd.io/name": "apps",
+                    "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+                }
+            },
+        ),
+    ],
+)
+async def test_a_kubectl_edit_of_a_field_the_tool_applies_stays_the_tools(
+    admin: Admin, namespace: str, service: RunningService, manager: str, marker: dict[str, Any]
+) -> None:
+    memory = Memory(service)
+    route = await _applied(admin, service, namespace, manager, **marker)
+    edited = _edit(admin, namespace, {"spec": {"priority": 5}}, "kubectl-edit")
+    version = edited["metadata"]["resourceVersion"]
+    assert "priority" not in memory.ownership.owners(edited)
+    await service.eventually(
+        lambda: service.indexed(route)[0][1]["metadata"]["resourceVersion"] == version,
+        what="the edit in the index",
+    )
+    read = (await service.get(f"/routes/{route}")).json()
+    assert read["priority"] == 5
+    assert read["managed"]["priority"] == manager
+    put = await service.put(f"/routes/{route}", {"priority": 7})
+    assert put.status_code == 409, put.text
+    assert "changed since by kubectl-edit" in put.json()["error"]["causes"][0]["message"]
+    # The CR no longer carries the tool's marker: nothing remembered stays in force.
+    unmark = {k: {key: None for key in v} for k, v in marker.items()}
+    _edit(admin, namespace, {"metadata": unmark}, "kubectl-edit")
+    await service.eventually(
+        lambda: "priority" not in memory.remembered(_stored(admin, namespace)),
+        what="the memory released",
+    )
+    assert (await service.put(f"/routes/{route}", {"priority": 7})).status_code == 200
+
+
+async def test_a_human_apply_of_an_instance_labelled_cr_is_not_refused(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path
+) -> None:
+    """`kubectl apply` (client-side) of a CR that a Helm chart labelled
+    app.kubernetes.io/instance: not Argo CD's unless Argo CD is said to track by that label."""
+    for label, expected in (("", 200), ("app.kubernetes.io/instance", 409)):
+        async with running(slo_api_kubeconfig, gitops_argocd_tracking_label=label) as service:
+            name = f"human-{expected}"
+            route = f"{name}-{namespace}"
+            obj = crs.llm(namespace, name, service_id=route, priority=3)
+            obj["metadata"]["labels"] = {"app.kubernetes.io/instance": "chat"}
+            obj["metadata"]["annotations"] = {
+                "kubectl.kubernetes.io/last-applied-configuration": json.dumps(obj)
+            }
+            admin.create(obj, field_manager="kubectl-client-side-apply")
+            await service.eventually(functools.partial(service.indexed, route), what="indexed")
+            put = await service.put(f"/routes/{route}", {"priority": 9})
+            assert put.status_code == expected, put.text
+            if expected == 409:
+                cause = put.json()["error"]["causes"][0]
+                assert cause["manager"] == "kubectl-client-side-apply"
+
+
+async def test_flux_if_not_present_lets_writes_through(
+    admin: Admin, namespace: str, service: RunningService
+) -> None:
+    """Flux created the CR and, with ssa: IfNotPresent, never applies it again."""
+    route = await _applied(
+        admin,
+        service,
+        namespace,
+        "kustomize-controller",
+        labels={
+            "kustomize.toolkit.fluxcd.io/name": "apps",
+            "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+        },
+        annotations={"kustomize.toolkit.fluxcd.io/ssa": "IfNotPresent"},
+    )
+    assert "managed" not in (await service.get(f"/routes/{route}")).json()
+    put = await service.put(f"/routes/{route}", {"priority": 9})
+    assert put.status_code == 200, put.text
+    assert "Warning" not in put.headers
+    assert _stored(admin, namespace)["spec"]["priority"] == 9
