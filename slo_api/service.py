@@ -286,14 +286,14 @@ class Service:
             body["managed"] = managed
         return body
 
-    def owners(self, obj: Obj) -> dict[str, Owner]:
+    def gitops_owners(self, obj: Obj) -> dict[str, Owner]:
         """The GitOps owners of the CR's client-owned fields: those in its managedFields and
         the remembered ones still in force. What GET shows and what a write is checked on."""
         return self.ownership.owners(obj, self.remembered(obj))
 
     def managed(self, kind: Kind, obj: Obj) -> dict[str, str]:
         """Read-only `managed`: each client-owned field a GitOps tool owns, and that tool."""
-        owners = self.owners(obj)
+        owners = self.gitops_owners(obj)
         return {kind.api_field(f): owners[f].manager for f in sorted(owners)}
 
     # -- reads -----------------------------------------------------------------------------
@@ -396,7 +396,7 @@ class Service:
                 return Result(
                     self.project(target.kind, current, pools), etag_of(current), [], current
                 )
-            owners = self.owners(current)
+            owners = self.gitops_owners(current)
             overridden = [owners[f] for f in sorted(spec_patch) if f in owners]
             if overridden and not force:
                 # Refused only on what the API server holds now: the index's copy may be from
