@@ -241,6 +241,13 @@ TOOLS = {
     "flux": ("kustomize-controller", "Apply", FLUX, {}),
     "flux-helm": ("helm-controller", "Update", FLUX_HELM, {}),
     "helm": ("helm", "Update", HELM_LABEL, HELM_ANNOTATIONS),
+    # Argo CD's default sync: client-side apply, the fields its source sets in last-applied.
+    "argocd-client-side": (
+        "kubectl-client-side-apply",
+        "Update",
+        {},
+        {**TRACKING, LAST_APPLIED: json.dumps({"spec": {"priority": 0, "ttft": {}}})},
+    ),
 }
 
 

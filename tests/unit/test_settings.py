@@ -126,6 +126,20 @@ def test_unset_list_settings_are_their_defaults(monkeypatch: pytest.MonkeyPatch)
     assert "helm" in settings.gitops_managers
 
 
+def test_the_argo_cd_tracking_label_is_a_label_key_or_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GITOPS_ARGOCD_TRACKING_LABEL", raising=False)
+    assert Settings(slo_api_token=TOKEN).gitops_argocd_tracking_label == ""
+    monkeypatch.setenv("GITOPS_ARGOCD_TRACKING_LABEL", " app.kubernetes.io/instance ")
+    assert Settings(slo_api_token=TOKEN).gitops_argocd_tracking_label == (
+        "app.kubernetes.io/instance"
+    )
+    monkeypatch.setenv("GITOPS_ARGOCD_TRACKING_LABEL", "app.kubernetes.io/instance=chat")
+    with pytest.raises(ValidationError, match="not a label key"):
+        Settings(slo_api_token=TOKEN)
+
+
 def test_a_token_too_short_for_the_upgrade_points_at_the_guide() -> None:
     with pytest.raises(ValidationError, match=r"docs/upgrade\.md"):
         Settings(slo_api_token="abc123", slo_api_kubernetes_auth=True)
