@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -87,7 +88,12 @@ def _dict(value: Any) -> Obj:
 
 
 def _has(values: Obj, *keys: str) -> bool:
-    return all(isinstance(values.get(k), str) and values[k] for k in keys)
+    """Every key is set to a non-empty string."""
+    for key in keys:
+        value = values.get(key)
+        if not value or not isinstance(value, str):
+            return False
+    return True
 
 
 def last_applied(obj: Obj) -> frozenset[str]:
@@ -191,23 +197,28 @@ class Ownership:
             frozenset(managers), frozenset(client_side), frozenset(co_owners), argocd_tracking_label
         )
 
+    @cached_property
+    def _tools(self) -> frozenset[str]:
+        """Every manager that may be a GitOps tool."""
+        return self.managers | self.client_side
+
     # -- markers ---------------------------------------------------------------------------
 
     def markers(self, obj: Obj) -> set[str]:
         """The tools whose marker the CR carries: argocd, flux (kustomize-controller),
-        flux-helm (helm-controller) and helm."""
+        flux-helm (helm-controller) and helm. Read at every watch event (see trim): plain
+        lookups, no more."""
         meta = _dict(obj.get("metadata"))
         labels, annotations = _dict(meta.get("labels")), _dict(meta.get("annotations"))
         found = set()
-        if _has(annotations, ARGOCD_TRACKING_ANNOTATION) or (
-            self.argocd_tracking_label and _has(labels, self.argocd_tracking_label)
-        ):
+        label = self.argocd_tracking_label
+        if _has(annotations, ARGOCD_TRACKING_ANNOTATION) or (label and _has(labels, label)):
             found.add("argocd")
         if _has(labels, *_FLUX_LABELS):
             found.add("flux")
         if _has(labels, *_FLUX_HELM_LABELS):
             found.add("flux-helm")
-        if _has(annotations, *_HELM_ANNOTATIONS) and labels.get(_HELM_MANAGED_BY) == "Helm":
+        if labels.get(_HELM_MANAGED_BY) == "Helm" and _has(annotations, *_HELM_ANNOTATIONS):
             found.add("helm")
         return found
 
@@ -293,7 +304,7 @@ class Ownership:
         set the field again, so one without it means its source no longer sets the field).
         Its entry's time says whether it applied; to the second, as the API server keeps it."""
         manager = owner.manager
-        if manager in self.co_owners or manager not in self.managers | self.client_side:
+        if manager in self.co_owners or manager not in self._tools:
             return False
         if not self._marked(manager, markers) or self._hands_off(obj, manager, markers):
             return False
@@ -326,7 +337,7 @@ class Ownership:
             return obj
         rest = {k: v for k, v in meta.items() if k != "managedFields"}
         entries = _entries(obj)
-        tools = self.managers | self.client_side
+        tools = self._tools
         if not any(e.get("manager") in tools for e in entries) and not self.markers(obj):
             return {**obj, "metadata": rest}
         kept = []
