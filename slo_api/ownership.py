@@ -318,8 +318,8 @@ class Ownership:
     def carry(self, before: Mapping[str, Owner], old: Obj | None, new: Obj) -> dict[str, Owner]:
         """The owners in effect after a change from `old` to `new` (None: not known), given
         those in effect before it (remembered ones included; {} when nothing is known). Fed
-        with each pair of consecutive states of a CR, full or trimmed, it is the memory
-        `owners` reads."""
+        with each pair of consecutive states of one CR (one uid: a CR created again under the
+        same name starts from {}), full or trimmed, it is the memory `owners` reads."""
         prior = self.owners(old, before) if old is not None else before
         return self.owners(new, prior)
 
