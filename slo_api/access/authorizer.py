@@ -168,49 +168,46 @@ class Authorizer:
     async def visible(
         self, caller: Caller, held: Held, verbs: tuple[str, ...] = ("list",)
     ) -> Allowed | None:
-        """The (kind name, namespace) pairs, of those held, where the caller may `verbs`;
-        None when it may everywhere (a static token).
+        """The (kind name, namespace, API group) places, of those held, where the caller may
+        `verbs`; None when it may everywhere (a static token).
 
-        A pair counts only when the caller may under every API group whose copies are shown
-        there (a namespace half migrated needs rights on both groups). Cached decisions are
-        read without awaiting; the rest are asked for all at once (deduplicated and bounded
-        behind the reviews).
+        Each place counts on its own: during a migration, rights on one group in a namespace
+        show that group's CRs there, whatever else the namespace holds (as GET shows a CR to
+        whoever may `get` it under its own group). Cached decisions are read without
+        awaiting; the rest are asked for all at once (deduplicated and bounded behind the
+        reviews).
         """
         user = caller.user
         if user is None:
             return None
-        questions: dict[tuple[str, str], list[AccessKey]] = {}
+        questions: dict[tuple[str, str, str], list[AccessKey]] = {}
         for kind_name, spaces in held.items():
             plural = self.kinds[kind_name].resource.plural
             for namespace, groups in spaces.items():
-                questions[kind_name, namespace] = [
-                    (caller.key, verb, group, plural, namespace, "")
-                    for group in groups
-                    for verb in verbs
-                ]
+                for group in groups:
+                    questions[kind_name, namespace, group] = [
+                        (caller.key, verb, group, plural, namespace, "") for verb in verbs
+                    ]
         # Each decision read once: one cached now may expire before the end of this request.
         answers: dict[AccessKey, bool] = {}
-        missing: set[AccessKey] = set()
+        missing: list[AccessKey] = []
         for keys in questions.values():
             for key in keys:
-                if key in answers or key in missing:
-                    continue
                 decision = self.reviews.cached(key)
                 if decision is None:
-                    missing.add(key)
+                    missing.append(key)
                 else:
                     answers[key] = decision
         if missing:
-            asked = list(missing)
-            results = await asyncio.gather(*(self.reviews.allowed(user, k) for k in asked))
-            answers.update(zip(asked, results, strict=True))
-        allowed: set[tuple[str, str]] = set()
-        for pair, keys in questions.items():
+            results = await asyncio.gather(*(self.reviews.allowed(user, k) for k in missing))
+            answers.update(zip(missing, results, strict=True))
+        allowed: set[tuple[str, str, str]] = set()
+        for place, keys in questions.items():
             ok = all(answers[k] for k in keys)
             for verb in verbs:
                 self._decided("kubernetes", verb, ok)
             if ok:
-                allowed.add(pair)
+                allowed.add(place)
         return frozenset(allowed)
 
     def stream(

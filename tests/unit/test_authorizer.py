@@ -16,6 +16,7 @@ import pytest
 
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
+from slo_api.service import shown
 from tests.unit.conftest import AUTH, Started, until
 from tests.unit.fakes import TOKEN, USER, FakeKube, Grant
 
@@ -86,7 +87,7 @@ async def test_the_review_names_the_group_that_holds_the_cr(
             assert got.status_code == 200, got.text
             assert put.status_code == 200, put.text
             assert [i["route"] for i in listed["items"]] == ["chat"]
-            assert await access.allowed() == frozenset({("llm", "a")})
+            assert await access.allowed() == frozenset({("llm", "a", OLD)})
             await _settled(kube)
             [event] = kube.events
             assert event["regarding"]["apiVersion"] == f"{OLD}/v1alpha1"
@@ -144,6 +145,28 @@ async def test_routes_a_caller_may_not_read_are_404_like_unknown_ones(start: Sta
         assert twice.status_code == 409
         # A static token reads every CR: it is told as before.
         assert (await client.get("/routes/twice", headers=AUTH)).status_code == 409
+
+
+async def test_in_a_namespace_holding_both_groups_each_cr_is_shown_by_its_own_groups_rights(
+    start: Started,
+) -> None:
+    """During a migration, rights on the new group in a namespace show the CRs of the new group
+    there to GET, /config and the stream alike; the old group's CRs beside them stay hidden."""
+    grants = _grants(NEW, LLMS, "a", "get", "list", "watch")
+    objects = {LLMS: [_llm("a", "moved", NEW), _llm("a", "not-yet", OLD)]}
+    kube = FakeKube(objects, grants=grants)
+    kube.groups = {NEW, OLD, POOLS}
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        assert (await client.get("/routes/moved", headers=BEARER)).status_code == 200
+        assert (await client.get("/routes/not-yet", headers=BEARER)).status_code == 404
+        for view in ("summary", "full"):
+            page = (await client.get("/config", params={"view": view}, headers=BEARER)).json()
+            assert [i["route"] for i in page["items"]] == ["moved"], view
+        rt = app.state.runtime
+        caller = await rt.access.authenticate(TOKEN)
+        allowed = await rt.access.stream(TOKEN, caller, None, rt.visible.held).allowed()
+        owners = rt.feed.log.owners
+        assert [r for r in rt.index.routes() if shown(owners(r), None, allowed)] == ["moved"]
 
 
 # -- a write that changes nothing --------------------------------------------------------------
@@ -234,8 +257,8 @@ async def test_a_stream_shows_a_members_pool_where_config_does(
         # as /config?view=full does); in the summary view it does not.
         full = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held, pools=True).allowed()
         summary = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held).allowed()
-        assert summary == frozenset({("llm", "a")})
-        assert full == summary | ({("pool", "a")} if may_list_pools else set())
+        assert summary == frozenset({("llm", "a", NEW)})
+        assert full == summary | ({("pool", "a", POOLS)} if may_list_pools else set())
         stream = rt.feed.open("full", "llm", allowed=full)
         frame = rt.feed.log.initial_frame("full", "chat", False, stream.allowed)
         rt.feed.close(stream)
@@ -399,9 +422,9 @@ async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: 
         caller = await rt.access.authenticate(TOKEN)
         access = rt.access.stream(TOKEN, caller, "llm", rt.visible.held)
         assert access.holder == USER
-        assert await access.allowed() == frozenset({("llm", "a"), ("llm", "b")})
+        assert await access.allowed() == frozenset({("llm", "a", NEW), ("llm", "b", NEW)})
         kube.grants -= _grants(NEW, LLMS, "b", "watch")
-        assert await access.allowed() == frozenset({("llm", "a")})
+        assert await access.allowed() == frozenset({("llm", "a", NEW)})
         kube.grants = set()
         with pytest.raises(ApiError) as forbidden:
             await access.allowed()
@@ -427,6 +450,6 @@ async def test_stream_access_is_free_while_the_caches_hold(start: Started) -> No
         rt = app.state.runtime
         access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
         for _ in range(3):
-            assert await access.allowed() == frozenset({("llm", "a")})
+            assert await access.allowed() == frozenset({("llm", "a", NEW)})
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 2  # list and watch, once each

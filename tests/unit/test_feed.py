@@ -21,6 +21,11 @@ from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
 Obj = dict[str, Any]
 
 
+def at(kind: str, namespace: str) -> tuple[str, str, str]:
+    """A place a caller may list: these tests' CRs carry no apiVersion (API group "")."""
+    return (kind, namespace, "")
+
+
 def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
     options: dict[str, Any] = {
         "history_bytes": 1 << 20,
@@ -173,8 +178,8 @@ async def test_a_members_pool_is_streamed_only_where_config_shows_it() -> None:
     index = feed.index
     index.upsert(LLM, cr("a", "x", "chat"))
     index.upsert(POOL, pool("a", "p", ["chat"]))
-    llm_only = frozenset({("llm", "a")})
-    both = llm_only | {("pool", "a")}
+    llm_only = frozenset({at("llm", "a")})
+    both = llm_only | {at("pool", "a")}
     pages = VisiblePages(feed.service, index, feed.log)
 
     def config(allowed: Allowed) -> Obj:
@@ -314,7 +319,7 @@ async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() ->
 
     index.upsert(LLM, cr("mine", "x", "chat"))
     index.upsert(LLM, cr("theirs", "y", "secret"))
-    r = await reader(feed, allowed=frozenset({("llm", "mine")}))
+    r = await reader(feed, allowed=frozenset({at("llm", "mine")}))
     assert r.changes() == [("ADDED", "chat")]
     # Another namespace's CR makes it ambiguous: still visible through ours.
     index.upsert(LLM, cr("theirs", "z", "chat"))
@@ -559,7 +564,7 @@ async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route
     index = feed.index
     index.upsert(LLM, cr("theirs", "x", "shared"))
     index.upsert(POOL, pool("mine", "shared", []))
-    allowed = frozenset({("pool", "mine")})
+    allowed = frozenset({at("pool", "mine")})
     # /config?kind=llm for this caller lists the route: an LLM claims it, and the caller sees
     # one of its CRs (the pool). The stream lists it too.
     listed = feed.service.index.routes("llm")
@@ -586,7 +591,7 @@ class Access:
 async def test_access_lost_or_changed_ends_the_stream_with_an_error_line() -> None:
     feed = make_feed(access_seconds=0.01)
     feed.index.upsert(LLM, cr("mine", "x", "chat"))
-    mine = frozenset({("llm", "mine")})
+    mine = frozenset({at("llm", "mine")})
     revoked = Access("alice", [mine, ApiError(401, "the token is not valid")])
     unbound = Access("bob", [mine, ApiError(403, "no list", code="forbidden")])
     widened = Access("carol", [mine, mine | {("llm", "other")}])
