@@ -232,7 +232,7 @@ class CallerStream:
     is served from the caches until their times run out, then asked again.
     """
 
-    __slots__ = ("_authz", "_held", "_kinds", "_pools", "_token", "holder")
+    __slots__ = ("_authz", "_held", "_kinds", "_pools", "_token", "asked", "holder")
 
     def __init__(
         self,
@@ -253,6 +253,8 @@ class CallerStream:
         self._held = held
         # Streams are capped per Kubernetes identity; static tokens are not capped.
         self.holder: str | None = caller.user.username if caller.user is not None else None
+        # The places the last answer was decided over (see StreamAccess.asked).
+        self.asked: frozenset[tuple[str, str, str]] = frozenset()
 
     def __repr__(self) -> str:
         return f"CallerStream(holder={self.holder!r})"
@@ -267,14 +269,18 @@ class CallerStream:
         authz = self._authz
         caller = await authz.authenticate(self._token)
         held = self._held()
+        asked = self._places(held)
         mine = {k: held.get(k, {}) for k in self._kinds}
         allowed = await authz.visible(caller, mine, ("list", "watch"))
         if allowed is None:
+            self.asked = asked
             return allowed
         if allowed and self._pools:
             pools = await authz.visible(caller, {self._pools: held.get(self._pools, {})})
+            self.asked = asked
             return allowed | (pools or frozenset())
         if allowed:
+            self.asked = asked
             return allowed
         if not any(mine.values()):
             for name in self._kinds:
@@ -285,10 +291,34 @@ class CallerStream:
                         for verb in ("list", "watch")
                     ]
                 ):
+                    self.asked = asked
                     return allowed
         raise ApiError(
             403,
             "this identity may not list and watch "
             + " or ".join(authz.kinds[k].resource.plural for k in self._kinds)
             + " in any namespace (ask for RBAC that grants it)",
+        )
+
+    def settled(self) -> bool:
+        """Whether every place holding CRs of the stream's kinds now was asked about in the
+        last answer (a namespace that gained its first CR since was not)."""
+        asked = self.asked
+        held = self._held()
+        for name in self._followed():
+            for namespace, groups in held.get(name, {}).items():
+                for group in groups:
+                    if (name, namespace, group) not in asked:
+                        return False
+        return True
+
+    def _followed(self) -> list[str]:
+        return [*self._kinds, self._pools] if self._pools else self._kinds
+
+    def _places(self, held: Held) -> frozenset[tuple[str, str, str]]:
+        return frozenset(
+            (name, namespace, group)
+            for name in self._followed()
+            for namespace, groups in held.get(name, {}).items()
+            for group in groups
         )

@@ -17,8 +17,10 @@ import pytest
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
 from slo_api.service import shown
+from tests.unit import vtime
 from tests.unit.conftest import AUTH, Started, until
-from tests.unit.fakes import TOKEN, USER, FakeKube, Grant
+from tests.unit.fakes import TOKEN, USER, FakeKube, Grant, fail
+from tests.unit.test_feed import Reader
 
 Obj = dict[str, Any]
 NEW, OLD, POOLS = "inference.modelsphere.dev", "inference.x-k8s.io", "inference.llmkube.dev"
@@ -453,3 +455,83 @@ async def test_stream_access_is_free_while_the_caches_hold(start: Started) -> No
             assert await access.allowed() == frozenset({("llm", "a", NEW)})
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 2  # list and watch, once each
+
+
+# -- a stream's view follows the caller's rights, not the CRs' comings and goings -----------------
+
+
+async def _streaming(rt: Any, kind: str | None = None) -> Reader:
+    """A change stream of the Kubernetes identity TOKEN, past its initial state."""
+    access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), kind, rt.visible.held)
+    r = Reader(
+        rt.feed, rt.feed.open("summary", kind, access=access, allowed=await access.allowed())
+    )
+    await until(lambda: any(e.get("initial") for e in r.events), "the initial state")
+    return r
+
+
+async def test_a_namespace_that_gains_its_first_cr_widens_a_stream_in_place(
+    start: Started,
+) -> None:
+    """The caller may list and watch in `a` and `b`; `b` holds no CR when the stream opens.
+    Its first CR arrives as an ADDED on the same stream: no reset, no resync."""
+    grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
+    kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True, watch_access_seconds=0.05) as (_, app):
+        rt = app.state.runtime
+        r = await _streaming(rt)
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: ("ADDED", "in-b") in r.changes(), "the new namespace's CR streamed")
+        # Re-checks went on meanwhile; a later change still arrives on the same stream.
+        later = kube.add(LLMS, {**_llm("a", "in-a"), "spec": {**_llm("a", "in-a")["spec"]}})
+        later["spec"]["priority"] = 5
+        kube.push(LLMS, {"type": "MODIFIED", "object": later})
+        await until(lambda: ("MODIFIED", "in-a") in r.changes(), "a later change streamed")
+        assert r.changes() == [("ADDED", "in-a"), ("ADDED", "in-b"), ("MODIFIED", "in-a")]
+        assert [e for e in r.events if e["type"] == "ERROR"] == []
+        # A namespace the caller may not read gains a CR: it stays out of the stream.
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("c", "in-c"))})
+        kube.push(LLMS, {"type": "DELETED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: ("DELETED", "in-b") in r.changes(), "a barrier change streamed")
+        assert ("ADDED", "in-c") not in r.changes()
+        assert not r.task.done()
+        await r.stop()
+
+
+def test_a_stream_outlives_a_review_outage_for_its_grace_then_ends_resumable(
+    start: Started,
+) -> None:
+    """On virtual time: every review fails with 5xx from t=0. The stream stays open for
+    WATCH_REVIEW_GRACE_SECONDS, then ends with an `unavailable` ERROR naming its position."""
+
+    async def outage() -> None:
+        grants = _grants(NEW, LLMS, "a", "list", "watch")
+        kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+        async with start(
+            kube,
+            slo_api_kubernetes_auth=True,
+            token_review_seconds=0,  # the caches run on the wall clock: every check asks
+            access_allowed_seconds=0,
+            watch_access_seconds=10,
+            watch_review_grace_seconds=120,
+        ) as (_, app):
+            r = await _streaming(app.state.runtime)
+            loop = asyncio.get_running_loop()
+            kube.error_callback = fail(
+                KubeError(503, "ServiceUnavailable", "down", is_status=True),
+                "review_token",
+                "review_access",
+                times=None,
+            )
+            down = loop.time()
+            await asyncio.wait_for(asyncio.shield(r.task), 3600)
+            lasted = loop.time() - down
+            # Open through the grace, ended by the first re-check after it.
+            assert 120 <= lasted <= 120 + 10 + 1, lasted
+            *_, initial, place, last = r.events
+            assert last["type"] == "ERROR"
+            assert last["error"]["code"] == "unavailable"
+            # The place to resume from comes with it: where the stream got to.
+            assert (place["type"], place["revision"]) == ("BOOKMARK", initial["revision"])
+
+    vtime.run(outage())

@@ -16,6 +16,7 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
 from tests.unit import vtime
+from tests.unit.conftest import until
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
 
 Obj = dict[str, Any]
@@ -576,9 +577,19 @@ async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route
 
 
 class Access:
-    def __init__(self, holder: str | None, answers: list[Any]) -> None:
+    """Answers in turn (the last one from then on); `asked`: the places they are decided over
+    (by default those of the first answer: every place held was asked about)."""
+
+    def __init__(
+        self, holder: str | None, answers: list[Any], asked: frozenset[Any] | None = None
+    ) -> None:
         self.holder = holder
         self.answers = answers
+        first = answers[0] if answers else None
+        self.asked = asked if asked is not None else frozenset(first or ())
+
+    def settled(self) -> bool:
+        return True
 
     async def allowed(self) -> Allowed | None:
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
@@ -594,19 +605,24 @@ async def test_access_lost_or_changed_ends_the_stream_with_an_error_line() -> No
     mine = frozenset({at("llm", "mine")})
     revoked = Access("alice", [mine, ApiError(401, "the token is not valid")])
     unbound = Access("bob", [mine, ApiError(403, "no list", code="forbidden")])
-    widened = Access("carol", [mine, mine | {("llm", "other")}])
+    # Rights gained where CRs were already (asked about, refused): the stream never had them.
+    widened = Access("carol", [mine, mine | {at("llm", "other")}], mine | {at("llm", "other")})
+    # Rights on a place that gained its first CR since: the view widens in place.
+    grown = Access("erin", [mine, mine | {at("llm", "new")}])
     steady = Access("dave", [mine])
     readers = [
         await reader(feed, access=a, allowed=await a.allowed())
-        for a in (revoked, unbound, widened, steady)
+        for a in (revoked, unbound, widened, grown, steady)
     ]
     feed.start()
     for r in readers[:3]:
         await asyncio.wait_for(r.task, 5)
     codes = [orjson.loads(r.raw[-1])["error"]["code"] for r in readers[:3]]
     assert codes == ["unauthorized", "forbidden", "expired"]
-    assert not readers[3].task.done()
-    await readers[3].stop()
+    await until(lambda: readers[3].stream.allowed == mine | {at("llm", "new")}, "widened")
+    for r in readers[3:]:
+        assert not r.task.done()
+        await r.stop()
     await feed.stop()
 
 
