@@ -247,6 +247,8 @@ class Feed:
             if stream.sse:
                 await write(framing.preamble(True))
             if stream.initial:
+                if not await self._asked_everywhere(stream):
+                    return  # ended: its task writes the ERROR line
                 await self._initial(stream, write)
             if self.closing:
                 return
@@ -320,11 +322,28 @@ class Feed:
                 return sent
             stream.written = upto
 
-    def _places_known(self, stream: Stream) -> bool:
+    async def _asked_everywhere(self, stream: Stream) -> bool:
+        """Before an initial state: a namespace that gained its first CR since the stream's
+        access was asked about is asked about now, or its routes would miss the initial
+        state for good. False when that check ended the stream."""
+        for _ in range(3):  # places keep appearing: the first delivery asks again
+            if self._places_known(stream, start=False):
+                break
+            ending = await self.registry.check(stream)
+            if ending is not None:
+                stream.ended = (ending.code, ending.message)
+                self.metrics.watchers_dropped.labels(ending.code).inc()
+                return False
+            if stream.unanswered_since is not None:
+                break  # no answer now: the re-checks go on with the view it has
+        return True
+
+    def _places_known(self, stream: Stream, start: bool = True) -> bool:
         """Whether the stream's access was asked about every place its kinds hold CRs at now.
 
         A namespace that gains its first CR is asked about before any change is written to
-        the stream (its check is started here, or left to the timer while checks fail): its
+        the stream (its check is started here with `start`, or left to the timer while
+        checks fail): its
         ADDED then arrives on the same stream, in order, once the caller's rights there are
         known, instead of being left out of the stream for good.
         """
@@ -332,7 +351,7 @@ class Feed:
         if access is None or stream.allowed is None or access.settled():
             stream.places = self.index.places_version
             return True
-        if not stream.checking and stream.unanswered_since is None:
+        if start and not stream.checking and stream.unanswered_since is None:
             task = asyncio.get_running_loop().create_task(self._check(stream))
             self._checks.add(task)
             task.add_done_callback(self._checks.discard)

@@ -498,6 +498,24 @@ async def test_a_namespace_that_gains_its_first_cr_widens_a_stream_in_place(
         await r.stop()
 
 
+async def test_a_namespace_that_gains_its_first_cr_as_a_stream_opens_is_in_its_initial_state(
+    start: Started,
+) -> None:
+    """`b`'s first CR lands between the stream's access check and its initial state."""
+    grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
+    kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True) as (_, app):
+        rt = app.state.runtime
+        access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
+        allowed = await access.allowed()
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: rt.index.claims("in-b"), "in-b indexed")
+        r = Reader(rt.feed, rt.feed.open("summary", None, access=access, allowed=allowed))
+        await until(lambda: any(e.get("initial") for e in r.events), "the initial state")
+        assert r.changes() == [("ADDED", "in-a"), ("ADDED", "in-b")]
+        await r.stop()
+
+
 def test_a_stream_outlives_a_review_outage_for_its_grace_then_ends_resumable(
     start: Started,
 ) -> None:
