@@ -264,11 +264,12 @@ async def _opcodes_of(work: Awaitable[object]) -> int:
         frame.f_trace_opcodes = True
         return local
 
+    previous = sys.gettrace()
     sys.settrace(tracer)
     try:
         await work
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     return count
 
 
