@@ -200,11 +200,15 @@ class Feed:
 
     def end(self, stream: Stream, code: str, message: str) -> None:
         """End a stream from outside it, with an ERROR line (its writer may be stuck)."""
+        if self._mark_ended(stream, code, message):
+            self._cancel(stream)
+
+    def _mark_ended(self, stream: Stream, code: str, message: str) -> bool:
         if stream.ended is not None:
-            return
+            return False
         stream.ended = (code, message)
         self.metrics.watchers_dropped.labels(code).inc()
-        self._cancel(stream)
+        return True
 
     def gone(self, stream: Stream) -> None:
         """The client went away."""
@@ -331,8 +335,7 @@ class Feed:
                 break
             ending = await self.registry.check(stream)
             if ending is not None:
-                stream.ended = (ending.code, ending.message)
-                self.metrics.watchers_dropped.labels(ending.code).inc()
+                self._mark_ended(stream, ending.code, ending.message)  # not cancelled: it returns
                 return False
             if stream.unanswered_since is not None:
                 break  # no answer now: the re-checks go on with the view it has
@@ -342,10 +345,9 @@ class Feed:
         """Whether the stream's access was asked about every place its kinds hold CRs at now.
 
         A namespace that gains its first CR is asked about before any change is written to
-        the stream (its check is started here with `start`, or left to the timer while
-        checks fail): its
-        ADDED then arrives on the same stream, in order, once the caller's rights there are
-        known, instead of being left out of the stream for good.
+        the stream (the check is started here with `start`, or left to the timer while
+        checks fail): its ADDED then arrives on the same stream, in order, once the caller's
+        rights there are known, instead of being left out of the stream for good.
         """
         access = stream.access
         if access is None or stream.allowed is None or access.settled():
