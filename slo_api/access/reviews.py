@@ -25,11 +25,12 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from slo_api.bounded import BoundedDict
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
 from slo_api.metrics import Metrics
@@ -50,15 +51,10 @@ AccessKey = tuple[str, str, str, str, str, str]
 
 class TtlCache(Generic[K, V]):
     """A dict whose entries expire, holding at most `size` of them: the least recently used
-    goes first. Every operation is O(1) (an OrderedDict: a plain dict's oldest key is found by
-    skipping the slots its deletions left, which grows with the traffic), so a full cache
-    costs an insert what an empty one does."""
+    goes first, in O(1) (see BoundedDict), so a full cache costs what an empty one does."""
 
     def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError("size must be at least 1")
-        self.size = size
-        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._items: BoundedDict[K, tuple[float, V]] = BoundedDict(size)
 
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
@@ -67,20 +63,14 @@ class TtlCache(Generic[K, V]):
         if item[0] <= time.monotonic():
             del self._items[key]
             return None
-        self._items.move_to_end(key)
+        self._items.touch(key)
         return item[1]
 
     def put(self, key: K, value: V, ttl: float) -> None:
         if ttl <= 0:
             return
-        items = self._items
-        items[key] = (time.monotonic() + ttl, value)
-        items.move_to_end(key)
-        if len(items) > self.size:
-            items.popitem(last=False)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
+        self._items.pop(key, None)
+        self._items[key] = (time.monotonic() + ttl, value)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -253,7 +243,7 @@ class Reviews:
 
     async def _review_token(self, token: str, key: str) -> User | None:
         try:
-            async with self._token_bound.slot(urgent=key in self._known):
+            async with self._token_bound.slot(urgent=self._known.get(key) is not None):
                 status = await self.kube.review_token(token, self.audiences)
             user = User.from_review(status.get("user") or {})
             granted = status.get("audiences") or []
