@@ -102,7 +102,7 @@ def history_bytes_per_change(changes: int) -> float:
     current; the budget counts each entry's item and one framed copy of it on top of this)."""
     items = [b"x" * 300 for _ in range(changes)]
     routes = [f"route-{i:06d}" for i in range(changes)]
-    owners = (("llm", "ns1"),)
+    owners = (("llm", "ns1", GROUP),)
     source = (LLM, GROUP, "")
     history = History("summary", None, 0, 1 << 40)
     gc.collect()

@@ -3,18 +3,23 @@
 The caches and bookkeeping maps that must not grow with traffic (rendered pages, Event budgets,
 reviews, who made a change) are all this: insertion order is the age, and storing a new key
 into a full map drops the one stored longest ago. Storing an existing key keeps its place; to
-make an entry young again, pop it and store it anew.
+make an entry young again, `touch` it (or pop it and store it anew).
+
+An OrderedDict, so that dropping the oldest is O(1) however many were dropped before (a plain
+dict finds its first key by skipping the slots its deletions left, until it next resizes): a
+full map costs a store what an empty one does, whatever the traffic.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class BoundedDict(dict[K, V]):
+class BoundedDict(OrderedDict[K, V]):
     """Only `d[key] = value` and `setdefault` store: both keep the bound (`update` is refused,
     so nothing can pass it by)."""
 
@@ -28,8 +33,12 @@ class BoundedDict(dict[K, V]):
 
     def __setitem__(self, key: K, value: V) -> None:
         if len(self) >= self.maxsize and key not in self:
-            del self[next(iter(self))]
+            self.popitem(last=False)
         super().__setitem__(key, value)
+
+    def touch(self, key: K) -> None:
+        """Make a held entry the youngest (the last to be dropped)."""
+        self.move_to_end(key)
 
     def setdefault(self, key: K, default: V) -> V:
         if key not in self:

@@ -33,7 +33,13 @@ _FALLBACK = {False: "invalid_request", True: "internal_error"}
 # The codes of the ERROR line that ends a change stream: the caller's access lost (as a request
 # would be answered), what it may list changed (watch again without `since`), or the stream fell
 # further behind than the history keeps.
-STREAM_ERRORS: tuple[str, ...] = ("unauthorized", "forbidden", "expired", "too_slow")
+STREAM_ERRORS: tuple[str, ...] = (
+    "unauthorized",
+    "forbidden",
+    "expired",
+    "too_slow",
+    "unavailable",
+)
 
 
 class ApiError(Exception):

@@ -119,6 +119,7 @@ _STATE = (
     "rendered_bytes",
     "counts",
     "_places",
+    "_groups_in",
 )
 
 
@@ -256,6 +257,8 @@ class CRIndex:
         # about. Kept as CRs come and go, so a read does not walk them all to find out; and
         # `places_version` moves only when a place appears or goes.
         self._places: Counter[tuple[str, str, str]] = Counter()
+        # The same places, as the groups of each (plural, namespace).
+        self._groups_in: dict[tuple[str, str], set[str]] = {}
         self.places_version = 0
         # Routes whose claims changed since the sorted lists were last brought up to date.
         self._touched: set[str] = set()
@@ -333,18 +336,27 @@ class CRIndex:
             for plural, ns, name in sorted(self._claims.get(route, ()))
         ]
 
-    def claimed_in(self, route: str) -> list[tuple[str, str]]:
-        """The (plural, namespace) of each CR claiming a route, without decoding them."""
-        return [(plural, ns) for plural, ns, _ in sorted(self._claims.get(route, ()))]
+    def claimed_in(self, route: str) -> list[tuple[str, str, str]]:
+        """The (plural, namespace, API group of the copy shown) of each CR claiming a route,
+        without decoding them."""
+        objects = self._objects
+        return [
+            (plural, ns, objects[plural][(ns, name)].group)
+            for plural, ns, name in sorted(self._claims.get(route, ()))
+        ]
 
     def claimants(self, route: str) -> tuple[Key, ...]:
         """The (plural, namespace, name) of each CR claiming a route, in no order."""
         return self._claims.get(route, ())
 
-    def placed(self, plural: str) -> Iterator[tuple[str, str]]:
-        """(namespace, route) of every CR of a kind shown, without decoding any."""
+    def placed(self, plural: str) -> Iterator[tuple[str, str, str]]:
+        """(namespace, API group, route) of every CR of a kind shown, without decoding any."""
         for (namespace, _), entry in self._objects[plural].items():
-            yield namespace, entry.route
+            yield namespace, entry.group, entry.route
+
+    def groups_in(self, plural: str, namespace: str) -> list[str]:
+        """The API groups of the copies of a kind shown in a namespace."""
+        return sorted(self._groups_in.get((plural, namespace), ()))
 
     def places(self) -> Iterable[tuple[str, str, str]]:
         """Each (plural, namespace, API group) that has CRs shown, once: whose rights let a
@@ -633,6 +645,7 @@ class CRIndex:
         other._rendered = {view: dict(cache) for view, cache in self._rendered.items()}
         other.counts = Counter(self.counts)
         other._places = Counter(self._places)
+        other._groups_in = {place: set(groups) for place, groups in self._groups_in.items()}
         other._touched, other._changed, other._moved = set(), set(), set()
         other._listeners, other._updated = [], []
         other._log, other._built = None, None
@@ -749,6 +762,7 @@ class CRIndex:
     def _place(self, place: tuple[str, str, str]) -> None:
         self._places[place] += 1
         if self._places[place] == 1:
+            self._groups_in.setdefault(place[:2], set()).add(place[2])
             self.places_version += 1
 
     def _unplace(self, place: tuple[str, str, str]) -> None:
@@ -757,6 +771,10 @@ class CRIndex:
             self._places[place] = left
         else:
             del self._places[place]
+            groups = self._groups_in[place[:2]]
+            groups.discard(place[2])
+            if not groups:
+                del self._groups_in[place[:2]]
             self.places_version += 1
 
     def _forget(self, route: str) -> None:

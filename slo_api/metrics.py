@@ -184,7 +184,8 @@ class Metrics:
         self.watchers_dropped = Counter(
             "slo_api_change_streams_dropped_total",
             "Change streams ended by the server, by the ERROR code sent (too_slow: fell "
-            "further behind than the history keeps; unauthorized, forbidden, expired: access)",
+            "further behind than the history keeps; unauthorized, forbidden, expired: access; "
+            "unavailable: access could not be checked for the grace)",
             ["reason"],
             registry=self.registry,
         )

@@ -69,6 +69,7 @@ class Runtime:
             streams_per_identity=settings.watch_streams_per_identity,
             bookmark_seconds=settings.watch_bookmark_seconds,
             access_seconds=settings.watch_access_seconds,
+            review_grace_seconds=settings.watch_review_grace_seconds,
             flush_seconds=settings.watch_flush_seconds,
             by=self.history.by,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -22,9 +22,10 @@ WRITE_ATTEMPTS = 5
 STALE_ETAG = "the route changed since the ETag you sent: read it again and retry"
 
 
-# (kind name, namespace) pairs a caller may list: what access, /config and the stream share.
-Allowed = frozenset[tuple[str, str]]
-Owners = tuple[tuple[str, str], ...]  # (kind name, namespace) of each CR claiming a route
+# Where a caller may list (and, for a stream, watch): (kind name, namespace, API group).
+Allowed = frozenset[tuple[str, str, str]]
+# (kind name, namespace, API group of the copy shown) of each CR claiming a route.
+Owners = tuple[tuple[str, str, str], ...]
 # The GitOps owners remembered for a CR (see Ownership.carry), asked with the CR as it is now.
 Remembered = Callable[[Obj], Mapping[str, Owner]]
 
@@ -32,10 +33,12 @@ Remembered = Callable[[Obj], Mapping[str, Owner]]
 def shown(owners: Owners, kind: str | None, allowed: Allowed | None) -> bool:
     """The visibility rule of a route, for /config and its stream alike: claimed by a CR of
     the kind asked for (any kind without one), and by at least one CR the caller may list
-    (of any kind: an ambiguous route is listed as such to whoever may see one of its CRs)."""
+    under that CR's own API group in its namespace, whatever else the namespace holds (of any
+    kind: an ambiguous route is listed as such to whoever may see one of its CRs). The rule
+    GET follows too: `get` on the group of the copy shown."""
     if not owners:
         return False
-    if kind is not None and all(k != kind for k, _ in owners):
+    if kind is not None and all(k != kind for k, _, _ in owners):
         return False
     return allowed is None or any(owner in allowed for owner in owners)
 
@@ -193,15 +196,21 @@ class Service:
         self.remembered: Remembered = remembered or _nothing_remembered
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
+        self._pool_plural = next((k.resource.plural for k in kinds if k.groups_routes), "")
 
-    def full_view(self, claims: Sequence[tuple[str, str]], allowed: Allowed | None) -> str:
+    def full_view(self, claims: Owners, allowed: Allowed | None) -> str:
         """The line view of a route's full item for a caller who may list `allowed` (None:
-        everything), the route claimed by `claims` ((kind, namespace) pairs): a member's `pool`
-        is shown only where the caller may list (so read) the pools of its namespace. The one
+        everything), the route claimed by `claims`: a member's `pool` is shown only where the
+        caller may list (so read) the pools of its namespace, under each API group whose pools
+        are shown there (which of them lists the member is not looked up per line). The one
         rule for `/config?view=full` and its change stream alike."""
-        if allowed is not None and len(claims) == 1 and (self.pools, claims[0][1]) not in allowed:
-            return "full-unpooled"
-        return "full"
+        if allowed is None or len(claims) != 1:
+            return "full"
+        namespace = claims[0][1]
+        groups = self.index.groups_in(self._pool_plural, namespace) if self.pools else []
+        if groups and all((self.pools, namespace, g) in allowed for g in groups):
+            return "full"
+        return "full-unpooled"
 
     @staticmethod
     def index_for(kinds: list[Kind], ownership: Ownership | None = None) -> CRIndex:

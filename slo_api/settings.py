@@ -213,6 +213,14 @@ class Settings(BaseSettings):
         description="How often an open change stream's token and visible namespaces are "
         "checked again.",
     )
+    watch_review_grace_seconds: float = Field(
+        300,
+        gt=0,
+        description="How long an open change stream stays open while its re-checks cannot be "
+        "answered (the API server fails its reviews with 5xx); it then ends with an "
+        "`unavailable` `ERROR` line after a bookmark of its place, and the client resumes "
+        "with `since`.",
+    )
     route_history_entries: int = Field(
         20,
         ge=0,

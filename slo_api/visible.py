@@ -75,7 +75,10 @@ class VisiblePages:
                 for k, spaces in held.items()
             }
             self._everything = frozenset(
-                (k, ns) for k, spaces in self._held.items() for ns in spaces
+                (k, ns, g)
+                for k, spaces in self._held.items()
+                for ns, gs in spaces.items()
+                for g in gs
             )
         self._at = at
         self._pages.clear()
@@ -115,10 +118,11 @@ class VisiblePages:
     def _line(self, allowed: Allowed) -> Callable[[str], bytes]:
         """A route's full item as this caller may see it: a member's `pool` only where the
         caller may list (so read) the pools of the member's namespace."""
-        service, claimed_in = self.service, self.index.claimed_in
+        service, claimed_in, names = self.service, self.index.claimed_in, self._name
 
         def line(route: str) -> bytes:
-            return service.line(service.full_view(claimed_in(route), allowed), route)
+            owners = tuple((names[p], ns, g) for p, ns, g in claimed_in(route))
+            return service.line(service.full_view(owners, allowed), route)
 
         return line
 
@@ -130,8 +134,8 @@ class VisiblePages:
         if routes is None:
             seen: set[str] = set()  # claimed by at least one CR the caller may list
             for plural, k in self.service.kinds.items():
-                for namespace, route in self.index.placed(plural):
-                    if (k.name, namespace) in allowed:
+                for namespace, group, route in self.index.placed(plural):
+                    if (k.name, namespace, group) in allowed:
                         seen.add(route)
             # ...and by one of the kind asked for.
             routes = [route for route in self.index.routes(kind) if route in seen]
@@ -140,7 +144,7 @@ class VisiblePages:
 
     def _shown(self, route: str, allowed: Allowed, kind: str | None) -> bool:
         names = self._name
-        owners: Owners = tuple((names[p], ns) for p, ns, _ in self.index.claimants(route))
+        owners: Owners = tuple((names[p], ns, g) for p, ns, g in self.index.claimed_in(route))
         return shown(owners, kind, allowed)
 
     def _claims_changed(self, routes: set[str]) -> None:

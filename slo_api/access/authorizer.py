@@ -168,49 +168,46 @@ class Authorizer:
     async def visible(
         self, caller: Caller, held: Held, verbs: tuple[str, ...] = ("list",)
     ) -> Allowed | None:
-        """The (kind name, namespace) pairs, of those held, where the caller may `verbs`;
-        None when it may everywhere (a static token).
+        """The (kind name, namespace, API group) places, of those held, where the caller may
+        `verbs`; None when it may everywhere (a static token).
 
-        A pair counts only when the caller may under every API group whose copies are shown
-        there (a namespace half migrated needs rights on both groups). Cached decisions are
-        read without awaiting; the rest are asked for all at once (deduplicated and bounded
-        behind the reviews).
+        Each place counts on its own: during a migration, rights on one group in a namespace
+        show that group's CRs there, whatever else the namespace holds (as GET shows a CR to
+        whoever may `get` it under its own group). Cached decisions are read without
+        awaiting; the rest are asked for all at once (deduplicated and bounded behind the
+        reviews).
         """
         user = caller.user
         if user is None:
             return None
-        questions: dict[tuple[str, str], list[AccessKey]] = {}
+        questions: dict[tuple[str, str, str], list[AccessKey]] = {}
         for kind_name, spaces in held.items():
             plural = self.kinds[kind_name].resource.plural
             for namespace, groups in spaces.items():
-                questions[kind_name, namespace] = [
-                    (caller.key, verb, group, plural, namespace, "")
-                    for group in groups
-                    for verb in verbs
-                ]
+                for group in groups:
+                    questions[kind_name, namespace, group] = [
+                        (caller.key, verb, group, plural, namespace, "") for verb in verbs
+                    ]
         # Each decision read once: one cached now may expire before the end of this request.
         answers: dict[AccessKey, bool] = {}
-        missing: set[AccessKey] = set()
+        missing: list[AccessKey] = []
         for keys in questions.values():
             for key in keys:
-                if key in answers or key in missing:
-                    continue
                 decision = self.reviews.cached(key)
                 if decision is None:
-                    missing.add(key)
+                    missing.append(key)
                 else:
                     answers[key] = decision
         if missing:
-            asked = list(missing)
-            results = await asyncio.gather(*(self.reviews.allowed(user, k) for k in asked))
-            answers.update(zip(asked, results, strict=True))
-        allowed: set[tuple[str, str]] = set()
-        for pair, keys in questions.items():
+            results = await asyncio.gather(*(self.reviews.allowed(user, k) for k in missing))
+            answers.update(zip(missing, results, strict=True))
+        allowed: set[tuple[str, str, str]] = set()
+        for place, keys in questions.items():
             ok = all(answers[k] for k in keys)
             for verb in verbs:
                 self._decided("kubernetes", verb, ok)
             if ok:
-                allowed.add(pair)
+                allowed.add(place)
         return frozenset(allowed)
 
     def stream(
@@ -235,7 +232,7 @@ class CallerStream:
     is served from the caches until their times run out, then asked again.
     """
 
-    __slots__ = ("_authz", "_held", "_kinds", "_pools", "_token", "holder")
+    __slots__ = ("_authz", "_held", "_kinds", "_pools", "_token", "asked", "holder")
 
     def __init__(
         self,
@@ -256,6 +253,8 @@ class CallerStream:
         self._held = held
         # Streams are capped per Kubernetes identity; static tokens are not capped.
         self.holder: str | None = caller.user.username if caller.user is not None else None
+        # The places the last answer was decided over (see StreamAccess.asked).
+        self.asked: frozenset[tuple[str, str, str]] = frozenset()
 
     def __repr__(self) -> str:
         return f"CallerStream(holder={self.holder!r})"
@@ -270,14 +269,18 @@ class CallerStream:
         authz = self._authz
         caller = await authz.authenticate(self._token)
         held = self._held()
+        asked = self._places(held)
         mine = {k: held.get(k, {}) for k in self._kinds}
         allowed = await authz.visible(caller, mine, ("list", "watch"))
         if allowed is None:
+            self.asked = asked
             return allowed
         if allowed and self._pools:
             pools = await authz.visible(caller, {self._pools: held.get(self._pools, {})})
+            self.asked = asked
             return allowed | (pools or frozenset())
         if allowed:
+            self.asked = asked
             return allowed
         if not any(mine.values()):
             for name in self._kinds:
@@ -288,10 +291,34 @@ class CallerStream:
                         for verb in ("list", "watch")
                     ]
                 ):
+                    self.asked = asked
                     return allowed
         raise ApiError(
             403,
             "this identity may not list and watch "
             + " or ".join(authz.kinds[k].resource.plural for k in self._kinds)
             + " in any namespace (ask for RBAC that grants it)",
+        )
+
+    def settled(self) -> bool:
+        """Whether every place holding CRs of the stream's kinds now was asked about in the
+        last answer (a namespace that gained its first CR since was not)."""
+        asked = self.asked
+        held = self._held()
+        for name in self._followed():
+            for namespace, groups in held.get(name, {}).items():
+                for group in groups:
+                    if (name, namespace, group) not in asked:
+                        return False
+        return True
+
+    def _followed(self) -> list[str]:
+        return [*self._kinds, self._pools] if self._pools else self._kinds
+
+    def _places(self, held: Held) -> frozenset[tuple[str, str, str]]:
+        return frozenset(
+            (name, namespace, group)
+            for name in self._followed()
+            for namespace, groups in held.get(name, {}).items()
+            for group in groups
         )

@@ -8,7 +8,10 @@ each kind with its own bound: a flood of unknown tokens waits for TokenReview sl
 it neither crowds known callers' access questions nor takes the connections that writes and
 watches need. Beyond `REVIEW_QUEUE_FACTOR` times that many TokenReviews waiting, one is refused
 at once (503 with Retry-After) rather than queued without end; access questions, asked only
-for callers already authenticated, wait.
+for callers already authenticated, wait. A token that authenticated before is reviewed again
+ahead of every unknown token waiting, and refused tokens are remembered in a small cache of
+their own: a flood of made-up tokens neither delays nor evicts a valid caller. Every cache
+operation is O(1), so a refusal costs the same after a million tokens as after one.
 
 An answer that cannot be read (not JSON, `status` not an object, fields of the wrong type)
 fails closed like an answer that never came: 503. Only the JSON boolean `true` authenticates
@@ -22,6 +25,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -39,12 +43,15 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 REVIEW_QUEUE_FACTOR = 8
+# How long a token that authenticated counts as a known caller's (reviewed first).
+KNOWN_SECONDS = 24 * 3600.0
 # (token hash, verb, group, plural, namespace, name): one access question.
 AccessKey = tuple[str, str, str, str, str, str]
 
 
 class TtlCache(Generic[K, V]):
-    """A dict whose entries expire, holding at most `size` of them (the oldest go first)."""
+    """A dict whose entries expire, holding at most `size` of them: the least recently used
+    goes first, in O(1) (see BoundedDict), so a full cache costs what an empty one does."""
 
     def __init__(self, size: int) -> None:
         self._items: BoundedDict[K, tuple[float, V]] = BoundedDict(size)
@@ -56,17 +63,13 @@ class TtlCache(Generic[K, V]):
         if item[0] <= time.monotonic():
             del self._items[key]
             return None
+        self._items.touch(key)
         return item[1]
 
     def put(self, key: K, value: V, ttl: float) -> None:
         if ttl <= 0:
             return
         self._items.pop(key, None)
-        if self._items.full:
-            # Expired entries go before live ones; then the oldest (as storing does).
-            now = time.monotonic()
-            for stale in [k for k, (expires, _) in self._items.items() if expires <= now]:
-                del self._items[stale]
         self._items[key] = (time.monotonic() + ttl, value)
 
     def __len__(self) -> int:
@@ -110,31 +113,52 @@ def token_key(token: str) -> str:
 
 
 class _Bound:
-    """At most `limit` holders at once, and at most `waiting` queued behind them."""
+    """At most `limit` holders at once, and at most `waiting` queued behind them.
+
+    A freed slot goes to an urgent waiter first (a caller already known), then to the others
+    in turn: however many unknown tokens wait, a known caller waits for one slot only. Only
+    the others count against `waiting`.
+    """
 
     def __init__(self, what: str, limit: int, waiting: int | None = None) -> None:
         self.what = what
-        self._slots = asyncio.Semaphore(limit)
-        self._waiting = 0
+        self._free = limit
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._others: deque[asyncio.Future[None]] = deque()
         self._max_waiting = waiting
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        if (
-            self._max_waiting is not None
-            and self._slots.locked()
-            and self._waiting >= self._max_waiting
-        ):
-            raise unavailable(self.what, f"more than {self._max_waiting} waiting")
-        self._waiting += 1
-        try:
-            await self._slots.acquire()
-        finally:
-            self._waiting -= 1
+    async def slot(self, urgent: bool = False) -> AsyncIterator[None]:
+        if self._free and not self._urgent and not self._others:
+            self._free -= 1
+        else:
+            queue = self._urgent if urgent else self._others
+            if not urgent and self._max_waiting is not None and len(queue) >= self._max_waiting:
+                raise unavailable(self.what, f"more than {self._max_waiting} waiting")
+            turn = asyncio.get_running_loop().create_future()
+            queue.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self._release()  # handed a slot just as the waiter went: pass it on
+                else:
+                    with contextlib.suppress(ValueError):  # already passed over
+                        queue.remove(turn)
+                raise
         try:
             yield
         finally:
-            self._slots.release()
+            self._release()
+
+    def _release(self) -> None:
+        for queue in (self._urgent, self._others):
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._free += 1
 
 
 class _SingleFlight(Generic[K, V]):
@@ -169,8 +193,9 @@ class _SingleFlight(Generic[K, V]):
             task.exception()  # retrieved: every waiter may have gone
 
 
-# Stands for a refused token in the token cache.
-_REFUSED = User("", "", (), ())
+# Refused tokens are remembered apart, in a cache this small: a flood of made-up tokens
+# cycles through it and never evicts a valid caller's review.
+REFUSED_CACHE_SIZE = 1024
 
 
 class Reviews:
@@ -181,8 +206,12 @@ class Reviews:
         self.settings = settings
         self.audiences = settings.slo_api_token_audiences
         self._users: TtlCache[str, User] = TtlCache(settings.review_cache_size)
+        self._refused: TtlCache[str, bool] = TtlCache(REFUSED_CACHE_SIZE)
+        # Tokens that authenticated, kept longer than their reviews: when one's review
+        # expires, it is asked again ahead of unknown tokens (see _Bound).
+        self._known: TtlCache[str, bool] = TtlCache(settings.review_cache_size)
         self._access: TtlCache[AccessKey, bool] = TtlCache(settings.review_cache_size)
-        self._token_flights: _SingleFlight[str, User] = _SingleFlight()
+        self._token_flights: _SingleFlight[str, User | None] = _SingleFlight()
         self._access_flights: _SingleFlight[AccessKey, bool] = _SingleFlight()
         limit = settings.review_concurrency
         self._token_bound = _Bound("TokenReview", limit, limit * REVIEW_QUEUE_FACTOR)
@@ -203,16 +232,18 @@ class Reviews:
     async def user(self, token: str, key: str) -> User | None:
         """Who the bearer of `token` is, or None when the API server refuses the token."""
         user = self._users.get(key)
-        if user is None:
-            self._cache["token", "miss"].inc()
-            user = await self._token_flights.run(key, lambda: self._review_token(token, key))
-        else:
+        if user is not None:
             self._cache["token", "hit"].inc()
-        return None if user is _REFUSED else user
+            return user
+        if self._refused.get(key) is not None:
+            self._cache["token", "hit"].inc()
+            return None
+        self._cache["token", "miss"].inc()
+        return await self._token_flights.run(key, lambda: self._review_token(token, key))
 
-    async def _review_token(self, token: str, key: str) -> User:
+    async def _review_token(self, token: str, key: str) -> User | None:
         try:
-            async with self._token_bound.slot():
+            async with self._token_bound.slot(urgent=self._known.get(key) is not None):
                 status = await self.kube.review_token(token, self.audiences)
             user = User.from_review(status.get("user") or {})
             granted = status.get("audiences") or []
@@ -229,9 +260,10 @@ class Reviews:
             or not user.username
             or (self.audiences and not set(granted).intersection(self.audiences))
         ):
-            self._users.put(key, _REFUSED, self.settings.token_refused_seconds)
-            return _REFUSED
+            self._refused.put(key, True, self.settings.token_refused_seconds)
+            return None
         self._users.put(key, user, self.settings.token_review_seconds)
+        self._known.put(key, True, KNOWN_SECONDS)
         return user
 
     # -- access ----------------------------------------------------------------------------

@@ -218,7 +218,9 @@ WATCH_EVENT = {
             "type": "object",
             "description": "ERROR: why the stream ended. too_slow: it fell further behind "
             "than the history keeps; expired: what the caller may list changed (both: watch "
-            "again without since); unauthorized, forbidden: the caller's access was lost.",
+            "again without since); unauthorized, forbidden: the caller's access was lost; "
+            "unavailable: its access could not be checked for WATCH_REVIEW_GRACE_SECONDS "
+            "(resume with since, from the bookmark before it).",
             "properties": {
                 "code": {"type": "string", "enum": list(STREAM_ERRORS)},
                 "message": {"type": "string"},

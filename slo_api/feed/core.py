@@ -33,6 +33,8 @@ RESUME_WAIT_SECONDS = 3.0
 # After SIGTERM, how long a stream may take to write what it has before it is cut: a client
 # that stopped reading must not hold the process past its grace period.
 STOP_WRITE_SECONDS = 2.0
+# ERROR codes after which a client resumes with `since`: the stream's last bookmark precedes it.
+RESUMABLE = frozenset({"unavailable"})
 
 
 class Closing(Exception):
@@ -50,6 +52,7 @@ class Feed:
         streams_per_identity: int,
         bookmark_seconds: float,
         access_seconds: float = 10.0,
+        review_grace_seconds: float = 300.0,
         flush_seconds: float = FLUSH_SECONDS,
         by: Callable[[int], object] | None = None,
     ) -> None:
@@ -61,7 +64,7 @@ class Feed:
         # Trimmed before the flusher hears of the changes: a stream left behind is ended first.
         self.log.listeners.append(self._trim)
         self.flusher = Flusher(self.log, flush_seconds, self._deliver_all)
-        self.registry = Registry(max_streams, streams_per_identity)
+        self.registry = Registry(max_streams, streams_per_identity, review_grace_seconds)
         self.bookmark_seconds = bookmark_seconds
         self.access_seconds = access_seconds
         self.closing = False
@@ -72,6 +75,7 @@ class Feed:
         self._tasks: list[asyncio.Task[None]] = []
         self._force: asyncio.TimerHandle | None = None
         self._waiting: dict[Pump, Stream] = {}  # writes under way, for when they are done
+        self._checks: set[asyncio.Task[None]] = set()  # access checks of streams held back
 
     @property
     def streams(self) -> set[Stream]:
@@ -111,6 +115,11 @@ class Feed:
     async def _recheck(self) -> None:
         for stream, code, message in await self.registry.recheck():
             self.end(stream, code, message)
+        # Streams held back for a place their access was not asked about go on if it now is.
+        version = self.index.places_version
+        self._deliver_all(
+            [s for s in self.registry.streams if s.allowed is not None and s.places != version]
+        )
 
     def close_all(self) -> None:
         """End every stream (after what it is writing); refuse new ones. A stream still
@@ -131,7 +140,7 @@ class Feed:
 
     async def stop(self) -> None:
         self.close_all()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._checks]:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
@@ -191,11 +200,15 @@ class Feed:
 
     def end(self, stream: Stream, code: str, message: str) -> None:
         """End a stream from outside it, with an ERROR line (its writer may be stuck)."""
+        if self._mark_ended(stream, code, message):
+            self._cancel(stream)
+
+    def _mark_ended(self, stream: Stream, code: str, message: str) -> bool:
         if stream.ended is not None:
-            return
+            return False
         stream.ended = (code, message)
         self.metrics.watchers_dropped.labels(code).inc()
-        self._cancel(stream)
+        return True
 
     def gone(self, stream: Stream) -> None:
         """The client went away."""
@@ -238,6 +251,8 @@ class Feed:
             if stream.sse:
                 await write(framing.preamble(True))
             if stream.initial:
+                if not await self._asked_everywhere(stream):
+                    return  # ended: its task writes the ERROR line
                 await self._initial(stream, write)
             if self.closing:
                 return
@@ -284,6 +299,8 @@ class Feed:
                 finished.set_result(None)  # ended: its task writes the last line
                 return sent
             if stream.cursor < changelog.seq:
+                if stream.places != self.index.places_version and not self._places_known(stream):
+                    return sent  # held back until its access there is known
                 chunk, count, upto = flusher.batch(stream)
                 stream.cursor = upto
                 if not count:
@@ -308,6 +325,46 @@ class Feed:
                 self._waiting[pump] = stream
                 return sent
             stream.written = upto
+
+    async def _asked_everywhere(self, stream: Stream) -> bool:
+        """Before an initial state: a namespace that gained its first CR since the stream's
+        access was asked about is asked about now, or its routes would miss the initial
+        state for good. False when that check ended the stream."""
+        for _ in range(3):  # places keep appearing: the first delivery asks again
+            if self._places_known(stream, start=False):
+                break
+            ending = await self.registry.check(stream)
+            if ending is not None:
+                self._mark_ended(stream, ending.code, ending.message)  # not cancelled: it returns
+                return False
+            if stream.unanswered_since is not None:
+                break  # no answer now: the re-checks go on with the view it has
+        return True
+
+    def _places_known(self, stream: Stream, start: bool = True) -> bool:
+        """Whether the stream's access was asked about every place its kinds hold CRs at now.
+
+        A namespace that gains its first CR is asked about before any change is written to
+        the stream (the check is started here with `start`, or left to the timer while
+        checks fail): its ADDED then arrives on the same stream, in order, once the caller's
+        rights there are known, instead of being left out of the stream for good.
+        """
+        access = stream.access
+        if access is None or stream.allowed is None or access.settled():
+            stream.places = self.index.places_version
+            return True
+        if start and not stream.checking and stream.unanswered_since is None:
+            task = asyncio.get_running_loop().create_task(self._check(stream))
+            self._checks.add(task)
+            task.add_done_callback(self._checks.discard)
+        return False
+
+    async def _check(self, stream: Stream) -> None:
+        ending = await self.registry.check(stream)
+        if ending is not None:
+            self.end(*ending)
+        else:
+            self._deliver_all([stream])
 
     def _written(self, pump: Pump) -> None:
         """A write that had to wait is done: the stream goes on from where it got to."""
@@ -376,7 +433,11 @@ class Feed:
         written = None if stream.written is None else self.log.revision(stream.written)
         if stream.ended is not None:
             code, message = stream.ended
-            return framing.error(code, message, written, stream.sse)
+            error = framing.error(code, message, written, stream.sse)
+            if code in RESUMABLE and written is not None:
+                # The place to resume from, right before the line that says to.
+                return framing.bookmark(written, stream.sse) + error
+            return error
         if written is None:
             return b""
         return framing.bookmark(written, stream.sse)

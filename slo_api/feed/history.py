@@ -372,8 +372,8 @@ class ChangeLog:
 
     def _owners_of(self, route: str) -> Owners:
         kinds = self.service.kinds
-        # claimed_in, not claims: the index keeps CRs encoded, and only namespaces are needed.
-        return tuple((kinds[plural].name, ns) for plural, ns in self.index.claimed_in(route))
+        # claimed_in, not claims: the index keeps CRs encoded, and only places are needed.
+        return tuple((kinds[plural].name, ns, g) for plural, ns, g in self.index.claimed_in(route))
 
     @property
     def pending(self) -> bool:
@@ -639,4 +639,4 @@ def _digest(sources: Iterable[Source]) -> bytes:
 
 def _kinds_of(before: Owners, after: Owners) -> Iterable[str | None]:
     yield None
-    yield from sorted({k for k, _ in before} | {k for k, _ in after})
+    yield from sorted({k for k, _, _ in before} | {k for k, _, _ in after})

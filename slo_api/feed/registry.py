@@ -2,7 +2,10 @@
 
 A stream's access is checked again on a timer of its own (not on bookmarks): the caller's
 token may be revoked or its RoleBinding removed while the stream stays open for hours. The
-check runs through a few workers in turn, not a task per stream.
+check runs through a few workers in turn, not a task per stream. A check that finds the
+caller's rights unchanged keeps the stream open, its view widened in place to namespaces that
+gained their first CRs since; a stream ends when the caller lost access, or when its access
+could not be checked (5xx) for `review_grace` seconds (resumable).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from slo_api.feed.history import History
 from slo_api.feed.pump import Pump, Write, WriteNow
 from slo_api.service import Allowed
 
+Place = tuple[str, str, str]  # (kind name, namespace, API group): where access is asked about
+
 log = logging.getLogger("slo_api.feed")
 
 ACCESS_WORKERS = 8  # at most this many access checks at once
@@ -28,12 +33,22 @@ class StreamAccess(Protocol):
     # The identity the per-identity stream cap counts; None: not capped (static tokens).
     holder: str | None
 
+    @property
+    def asked(self) -> frozenset[Place]:
+        """The places the last `allowed()` answer was decided over (those holding CRs of
+        the stream's kinds then); set when that answer is returned, not before."""
+        ...
+
     async def allowed(self) -> Allowed | None:
         """What the caller may list and watch now; None = everything (a static token).
 
         Raises ApiError(401, code "unauthorized") when the token is no longer valid and
         ApiError(403, code "forbidden") when the caller may no longer list+watch anywhere.
         """
+        ...
+
+    def settled(self) -> bool:
+        """Whether every place holding CRs of the stream's kinds now was asked about."""
         ...
 
 
@@ -79,6 +94,12 @@ class Stream:
         # Why the server ended it: (code, message); None while it runs.
         self.ended: tuple[str, str] | None = None
         self.gone = False  # the client went away
+        # The index's places_version at which the stream's access was last found to cover
+        # every place of its kinds; a check of its access under way; since when its checks
+        # fail for want of an answer (5xx), None while they are answered.
+        self.places = -1
+        self.checking = False
+        self.unanswered_since: float | None = None
         self.task: asyncio.Task[None] | None = None
         self.serving = False  # inside Feed.serve: may be cancelled to end it
         self.cancelled = False  # the feed cancelled its task (not the server)
@@ -94,9 +115,10 @@ class Stream:
 
 
 class Registry:
-    def __init__(self, max_streams: int, per_identity: int) -> None:
+    def __init__(self, max_streams: int, per_identity: int, review_grace: float = 300.0) -> None:
         self.max_streams = max_streams
         self.per_identity = per_identity
+        self.review_grace = review_grace
         self.streams: set[Stream] = set()
         self._held: Counter[str] = Counter()
 
@@ -130,35 +152,80 @@ class Registry:
 
     async def recheck(self) -> list[Ending]:
         """Ask each stream's access again; the streams to end, with an ERROR code and message."""
-        pending = [s for s in self.streams if s.access is not None and s.ended is None]
+        pending = [
+            s for s in self.streams if s.access is not None and s.ended is None and not s.checking
+        ]
         verdicts: list[Ending] = []
 
         async def worker() -> None:
             while pending:
-                stream = pending.pop()
-                assert stream.access is not None
-                try:
-                    allowed = await stream.access.allowed()
-                except ApiError as exc:
-                    if exc.status in (401, 403):
-                        verdicts.append(Ending(stream, exc.code, exc.message))
-                    else:
-                        # Not an answer about this caller (the API server is down): keep the
-                        # stream, ask again next time, as a request would be retried.
-                        log.warning("a change stream's access could not be checked: %s", exc)
-                    continue
-                except Exception:
-                    log.exception("a change stream's access check failed")
-                    continue
-                if allowed != stream.allowed:
-                    verdicts.append(
-                        Ending(
-                            stream,
-                            code="expired",
-                            message="what this identity may list changed; watch again "
-                            "without since",
-                        )
-                    )
+                ending = await self.check(pending.pop())
+                if ending is not None:
+                    verdicts.append(ending)
 
         await asyncio.gather(*(worker() for _ in range(ACCESS_WORKERS)))
         return verdicts
+
+    async def check(self, stream: Stream) -> Ending | None:
+        """Ask one stream's access again: None while it goes on (its view widened in place
+        when namespaces gained their first CRs), else why it ends."""
+        access = stream.access
+        assert access is not None
+        before = access.asked
+        stream.checking = True
+        try:
+            allowed = await access.allowed()
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                return Ending(stream, exc.code, exc.message)
+            # Not an answer about this caller (the API server is down): keep the stream for
+            # the grace, as a request would be retried.
+            return self._unanswered(stream, exc.message)
+        except Exception:
+            log.exception("a change stream's access check failed")
+            return self._unanswered(stream, "the check failed")
+        finally:
+            stream.checking = False
+        stream.unanswered_since = None
+        return _judged(stream, allowed, before, access.asked)
+
+    def _unanswered(self, stream: Stream, why: str) -> Ending | None:
+        now = asyncio.get_running_loop().time()
+        if stream.unanswered_since is None:
+            stream.unanswered_since = now
+        log.warning("a change stream's access could not be checked: %s", why)
+        if now - stream.unanswered_since < self.review_grace:
+            return None
+        return Ending(
+            stream,
+            code="unavailable",
+            message=f"this identity's access could not be checked for {self.review_grace:g} s; "
+            "watch again with since",
+        )
+
+
+def _judged(
+    stream: Stream, allowed: Allowed | None, before: frozenset[Place], after: frozenset[Place]
+) -> Ending | None:
+    """Whether a stream whose caller may now list `allowed` goes on, asked about the places
+    `after` (those holding CRs now), `before` at its previous check.
+
+    It goes on when its rights are the same where they were asked about both times: places
+    that gained their first CRs since join its view in place (a change there is written only
+    once they are asked about, see Feed._deliver), and places emptied stay in it (the
+    DELETED of their last CR may still be on its way). Rights lost where CRs are, or gained
+    where CRs were already (the stream never had them), end it: watch again."""
+    current = stream.allowed
+    if allowed == current:
+        return None
+    if allowed is not None and current is not None:
+        lost = current - allowed
+        gained = allowed - current
+        if not any(p in after for p in lost) and not any(p in before for p in gained):
+            stream.allowed = allowed | lost
+            return None
+    return Ending(
+        stream,
+        code="expired",
+        message="what this identity may list changed; watch again without since",
+    )

@@ -24,6 +24,7 @@ from tests.integration import crs
 from tests.integration.grants import assert_exactly_slo_api_verbs
 from tests.integration.process import TOKEN, start_process
 from tests.integration.service import RunningService, running
+from tests.integration.test_watch_stream import Stream, initial, served
 
 pytestmark = pytest.mark.integration
 
@@ -361,6 +362,51 @@ async def test_during_a_migration_the_preferred_copy_answers_and_old_only_crs_st
         await service.eventually(lambda: shown_group(service, both) == NEW, what="the new copy")
         assert (await service.get(f"/routes/{both}")).json()["priority"] == 9
         assert (await all_routes(service)).count(both) == 1
+
+
+async def test_during_a_migration_each_cr_is_shown_to_whoever_may_read_its_own_group(
+    own_admin: Admin, ns: str, own_kubeconfig: Path
+) -> None:
+    """A namespace holds CRs of both groups; `newcomer`'s Role grants get, list and watch on the
+    new group only. GET, /config (both views) and the stream agree: the new group's CR, not the
+    old group's beside it."""
+    install(own_admin, OLD)
+    moved, legacy = f"moved-{ns}", f"legacy-{ns}"
+    own_admin.create(crs.llm(ns, "moved", service_id=moved))
+    own_admin.create(under(OLD, crs.llm(ns, "legacy", service_id=legacy)))
+    own_admin.create(_role(ns, "new-group-only", NEW))
+    own_admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "newcomer", "namespace": ns},
+        }
+    )
+    own_admin.create(_bind(ns, "newcomer", "Role", "new-group-only"))
+    newcomer = {"Authorization": f"Bearer {own_admin.service_account_token(ns, 'newcomer')}"}
+    async with served(own_kubeconfig, slo_api_kubernetes_auth=True) as (service, client):
+        await service.eventually(
+            lambda: shown_group(service, moved) == NEW and shown_group(service, legacy) == OLD,
+            what="both routes",
+        )
+        assert (await client.get(f"/routes/{moved}", headers=newcomer)).status_code == 200
+        assert (await client.get(f"/routes/{legacy}", headers=newcomer)).status_code == 404
+        for view in ("summary", "full"):
+            listed = await client.get(
+                "/config", params={"pageSize": "200", "view": view}, headers=newcomer
+            )
+            assert listed.status_code == 200, listed.text
+            assert config_routes(listed.json()) == [moved], view
+        request = client.build_request(
+            "GET", "/config", params={"watch": "true", "kind": "llm"}, headers=newcomer
+        )
+        response = await client.send(request, stream=True)
+        try:
+            assert response.status_code == 200, await response.aread()
+            events = await Stream(response).until(initial)
+            assert [e["route"] for e in events if e["type"] == "ADDED"] == [moved]
+        finally:
+            await response.aclose()
 
 
 async def test_two_different_crs_claiming_a_route_conflict_across_groups(

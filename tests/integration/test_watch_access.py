@@ -1,4 +1,5 @@
-"""A change stream outlives neither its token nor its RoleBinding (DESIGN §3 Auth)."""
+"""A change stream outlives neither its token nor its RoleBinding, and a namespace it may read
+that gains its first CR joins it in place (DESIGN §3 Auth)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.admin import Admin
+from tests.integration import crs
 from tests.integration import test_kubernetes_auth as kauth
 from tests.integration.test_kubernetes_auth import RBAC, World, _wait_indexed
 from tests.integration.test_watch_stream import WITHIN, Stream, initial, served
@@ -101,3 +103,43 @@ async def test_a_full_view_stream_shows_a_members_pool_only_where_config_does(
             [streamed] = [e["object"] for e in events if e.get("route") == f"{a}-llm"]
             # The editor may list the namespace's ModelPools (slo-api-edit); the reader not.
             assert ("pool" in streamed) is ("pool" in listed) is (who == "editor"), who
+
+
+async def test_a_namespace_that_gains_its_first_cr_joins_an_open_stream(
+    admin: Admin, slo_api_kubeconfig: Path, world: World
+) -> None:
+    """`viewer` may also read a namespace with no CR yet: its first CR arrives on the open
+    stream as an ADDED (no `expired`, no resync), re-checks going on meanwhile."""
+    later = f"{world.a.removesuffix('-a')}-later"
+    admin.ensure_namespace(later)
+    admin.create(kauth._binding(later, "viewer", "slo-api-view", world.people, "viewer"))
+    async with served(slo_api_kubeconfig, slo_api_kubernetes_auth=True, watch_access_seconds=1) as (
+        service,
+        client,
+    ):
+        await _wait_indexed(service, world)
+        request = client.build_request(
+            "GET", "/config", params={"watch": "true", "kind": "llm"}, headers=world.auth("viewer")
+        )
+        response = await client.send(request, stream=True)
+        try:
+            assert response.status_code == 200, await response.aread()
+            stream = Stream(response)
+            routes = {e.get("route") for e in await stream.until(initial)}
+            assert f"{world.b}-llm" in routes
+            await asyncio.to_thread(admin.create, crs.llm(later, f"{later}-llm"))
+            events = await stream.until(lambda e: e.get("route") == f"{later}-llm", WITHIN)
+            assert [e["type"] for e in events if e["type"] not in ("BOOKMARK",)] == ["ADDED"]
+            # A barrier: a later change in the first namespace arrives on the same stream.
+            await asyncio.to_thread(
+                admin.merge_patch,
+                crs.SLO,
+                "LLMSLORequirement",
+                world.b,
+                f"{world.b}-llm",
+                {"spec": {"priority": 4}},
+            )
+            events = await stream.until(lambda e: e.get("route") == f"{world.b}-llm", WITHIN)
+            assert [e["type"] for e in events if e["type"] != "BOOKMARK"] == ["MODIFIED"]
+        finally:
+            await response.aclose()

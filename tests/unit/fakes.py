@@ -152,9 +152,15 @@ class FakeKube:
         items = [
             copy.deepcopy(o)
             for (plural, ns, _), o in self.objects.items()
-            if plural == res.plural and namespace in (None, ns)
+            if plural == res.plural and namespace in (None, ns) and self._under(o, res.group)
         ]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
+
+    def _under(self, obj: Obj, group: str) -> bool:
+        """Whether `obj` is listed under `group`: its own, when that group is served (so a
+        migration holds each CR under the group it was created in); else under any."""
+        own = str(obj.get("apiVersion", "")).partition("/")[0]
+        return own == group or own not in self.groups
 
     async def ready(self) -> bool:
         try:

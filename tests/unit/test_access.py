@@ -7,15 +7,20 @@ tests/integration/test_kubernetes_auth.py; these check slo-api's own bookkeeping
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import Any
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from types import FrameType, SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
 
+import slo_api
 from slo_api.access import TtlCache
+from slo_api.access.reviews import Reviews, token_key
 from slo_api.events import EventRecorder
-from slo_api.kube import KubeError, KubeUnavailable
+from slo_api.kube import Kube, KubeError, KubeUnavailable
 from slo_api.metrics import Metrics
 from slo_api.settings import Settings
 from tests.unit.conftest import AUTH, Started, until
@@ -235,3 +240,95 @@ async def test_events_per_cr_are_budgeted_and_the_next_one_counts_the_unrecorded
         "user-9 reset no fields through slo-api "
         "(3 earlier writes not recorded as Events: see the audit log)"
     )
+
+
+# -- a flood of made-up tokens -------------------------------------------------------------------
+
+SLO_API_DIR = str(Path(slo_api.__file__).parent)
+
+
+async def _opcodes_of(work: Awaitable[object]) -> int:
+    """The bytecode instructions slo-api's own code runs for `work`: a cost that does not
+    depend on the machine or its load, so two of them compare exactly."""
+    count = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        if event == "opcode":
+            count += 1
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if not frame.f_code.co_filename.startswith(SLO_API_DIR):
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        await work
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def _reviews(kube: FakeKube, **settings: Any) -> Reviews:
+    return Reviews(
+        Settings(slo_api_kubernetes_auth=True, _env_file=None, **settings),
+        cast(Kube, kube),  # the fake stands where Kube does
+        Metrics(),
+    )
+
+
+async def test_a_refusal_costs_no_more_after_ten_thousand_made_up_tokens() -> None:
+    reviews = _reviews(FakeKube({}))
+
+    async def refuse(token: str) -> None:
+        assert await reviews.user(token, token_key(token)) is None
+
+    for n in range(10):
+        await refuse(f"warm-{n}")
+    before = await _opcodes_of(refuse("probe-before"))
+    for n in range(10_000):
+        await refuse(f"made-up-{n}")
+    after = await _opcodes_of(refuse("probe-after"))
+    assert after <= 1.5 * before, (before, after)
+
+
+async def test_refusals_never_evict_a_valid_callers_review() -> None:
+    kube = FakeKube({})
+    reviews = _reviews(kube, review_cache_size=100)
+    assert await reviews.user(TOKEN, token_key(TOKEN)) is not None
+    for n in range(1_000):
+        assert await reviews.user(f"made-up-{n}", token_key(f"made-up-{n}")) is None
+    assert await reviews.user(TOKEN, token_key(TOKEN)) is not None
+    assert [r["token"] for r in kube.token_reviews].count(TOKEN) == 1
+
+
+async def test_a_known_caller_is_reviewed_ahead_of_a_flood_of_unknown_tokens() -> None:
+    """Its review expired, the known caller waits behind the one review in flight only."""
+    kube = FakeKube({})
+    reviews = _reviews(kube, review_concurrency=1, token_review_seconds=0)
+    assert await reviews.user(TOKEN, token_key(TOKEN)) is not None  # known, not kept
+    gate = asyncio.Event()
+    entered: list[str] = []  # whose review reached the API server, in turn
+
+    async def hold(method: str, *args: Any) -> None:
+        if method == "review_token":
+            entered.append(args[0])
+            await gate.wait()
+
+    kube.error_callback = hold
+    flood = [
+        asyncio.ensure_future(reviews.user(f"made-up-{n}", token_key(f"made-up-{n}")))
+        for n in range(5)
+    ]
+    await until(lambda: entered, "a review in flight")
+    known = asyncio.ensure_future(reviews.user(TOKEN, token_key(TOKEN)))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    assert await known is not None
+    await asyncio.gather(*flood)
+    assert entered[:2] == ["made-up-0", TOKEN], entered

@@ -16,8 +16,11 @@ import pytest
 
 from slo_api.errors import ApiError
 from slo_api.kube import Kube, KubeError
+from slo_api.service import shown
+from tests.unit import vtime
 from tests.unit.conftest import AUTH, Started, until
-from tests.unit.fakes import TOKEN, USER, FakeKube, Grant
+from tests.unit.fakes import TOKEN, USER, FakeKube, Grant, fail
+from tests.unit.test_feed import Reader
 
 Obj = dict[str, Any]
 NEW, OLD, POOLS = "inference.modelsphere.dev", "inference.x-k8s.io", "inference.llmkube.dev"
@@ -86,7 +89,7 @@ async def test_the_review_names_the_group_that_holds_the_cr(
             assert got.status_code == 200, got.text
             assert put.status_code == 200, put.text
             assert [i["route"] for i in listed["items"]] == ["chat"]
-            assert await access.allowed() == frozenset({("llm", "a")})
+            assert await access.allowed() == frozenset({("llm", "a", OLD)})
             await _settled(kube)
             [event] = kube.events
             assert event["regarding"]["apiVersion"] == f"{OLD}/v1alpha1"
@@ -144,6 +147,28 @@ async def test_routes_a_caller_may_not_read_are_404_like_unknown_ones(start: Sta
         assert twice.status_code == 409
         # A static token reads every CR: it is told as before.
         assert (await client.get("/routes/twice", headers=AUTH)).status_code == 409
+
+
+async def test_in_a_namespace_holding_both_groups_each_cr_is_shown_by_its_own_groups_rights(
+    start: Started,
+) -> None:
+    """During a migration, rights on the new group in a namespace show the CRs of the new group
+    there to GET, /config and the stream alike; the old group's CRs beside them stay hidden."""
+    grants = _grants(NEW, LLMS, "a", "get", "list", "watch")
+    objects = {LLMS: [_llm("a", "moved", NEW), _llm("a", "not-yet", OLD)]}
+    kube = FakeKube(objects, grants=grants)
+    kube.groups = {NEW, OLD, POOLS}
+    async with start(kube, slo_api_kubernetes_auth=True) as (client, app):
+        assert (await client.get("/routes/moved", headers=BEARER)).status_code == 200
+        assert (await client.get("/routes/not-yet", headers=BEARER)).status_code == 404
+        for view in ("summary", "full"):
+            page = (await client.get("/config", params={"view": view}, headers=BEARER)).json()
+            assert [i["route"] for i in page["items"]] == ["moved"], view
+        rt = app.state.runtime
+        caller = await rt.access.authenticate(TOKEN)
+        allowed = await rt.access.stream(TOKEN, caller, None, rt.visible.held).allowed()
+        owners = rt.feed.log.owners
+        assert [r for r in rt.index.routes() if shown(owners(r), None, allowed)] == ["moved"]
 
 
 # -- a write that changes nothing --------------------------------------------------------------
@@ -234,8 +259,8 @@ async def test_a_stream_shows_a_members_pool_where_config_does(
         # as /config?view=full does); in the summary view it does not.
         full = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held, pools=True).allowed()
         summary = await rt.access.stream(TOKEN, caller, "llm", rt.visible.held).allowed()
-        assert summary == frozenset({("llm", "a")})
-        assert full == summary | ({("pool", "a")} if may_list_pools else set())
+        assert summary == frozenset({("llm", "a", NEW)})
+        assert full == summary | ({("pool", "a", POOLS)} if may_list_pools else set())
         stream = rt.feed.open("full", "llm", allowed=full)
         frame = rt.feed.log.initial_frame("full", "chat", False, stream.allowed)
         rt.feed.close(stream)
@@ -399,9 +424,9 @@ async def test_stream_access_follows_the_caches_and_ends_with_the_rights(start: 
         caller = await rt.access.authenticate(TOKEN)
         access = rt.access.stream(TOKEN, caller, "llm", rt.visible.held)
         assert access.holder == USER
-        assert await access.allowed() == frozenset({("llm", "a"), ("llm", "b")})
+        assert await access.allowed() == frozenset({("llm", "a", NEW), ("llm", "b", NEW)})
         kube.grants -= _grants(NEW, LLMS, "b", "watch")
-        assert await access.allowed() == frozenset({("llm", "a")})
+        assert await access.allowed() == frozenset({("llm", "a", NEW)})
         kube.grants = set()
         with pytest.raises(ApiError) as forbidden:
             await access.allowed()
@@ -427,6 +452,104 @@ async def test_stream_access_is_free_while_the_caches_hold(start: Started) -> No
         rt = app.state.runtime
         access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
         for _ in range(3):
-            assert await access.allowed() == frozenset({("llm", "a")})
+            assert await access.allowed() == frozenset({("llm", "a", NEW)})
         assert len(kube.token_reviews) == 1
         assert len(kube.access_reviews) == 2  # list and watch, once each
+
+
+# -- a stream's view follows the caller's rights, not the CRs' comings and goings -----------------
+
+
+async def _streaming(rt: Any, kind: str | None = None) -> Reader:
+    """A change stream of the Kubernetes identity TOKEN, past its initial state."""
+    access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), kind, rt.visible.held)
+    r = Reader(
+        rt.feed, rt.feed.open("summary", kind, access=access, allowed=await access.allowed())
+    )
+    await until(lambda: any(e.get("initial") for e in r.events), "the initial state")
+    return r
+
+
+async def test_a_namespace_that_gains_its_first_cr_widens_a_stream_in_place(
+    start: Started,
+) -> None:
+    """The caller may list and watch in `a` and `b`; `b` holds no CR when the stream opens.
+    Its first CR arrives as an ADDED on the same stream: no reset, no resync."""
+    grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
+    kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True, watch_access_seconds=0.05) as (_, app):
+        rt = app.state.runtime
+        r = await _streaming(rt)
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: ("ADDED", "in-b") in r.changes(), "the new namespace's CR streamed")
+        # Re-checks went on meanwhile; a later change still arrives on the same stream.
+        later = kube.add(LLMS, {**_llm("a", "in-a"), "spec": {**_llm("a", "in-a")["spec"]}})
+        later["spec"]["priority"] = 5
+        kube.push(LLMS, {"type": "MODIFIED", "object": later})
+        await until(lambda: ("MODIFIED", "in-a") in r.changes(), "a later change streamed")
+        assert r.changes() == [("ADDED", "in-a"), ("ADDED", "in-b"), ("MODIFIED", "in-a")]
+        assert [e for e in r.events if e["type"] == "ERROR"] == []
+        # A namespace the caller may not read gains a CR: it stays out of the stream.
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("c", "in-c"))})
+        kube.push(LLMS, {"type": "DELETED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: ("DELETED", "in-b") in r.changes(), "a barrier change streamed")
+        assert ("ADDED", "in-c") not in r.changes()
+        assert not r.task.done()
+        await r.stop()
+
+
+async def test_a_namespace_that_gains_its_first_cr_as_a_stream_opens_is_in_its_initial_state(
+    start: Started,
+) -> None:
+    """`b`'s first CR lands between the stream's access check and its initial state."""
+    grants = _grants(NEW, LLMS, "a", "list", "watch") | _grants(NEW, LLMS, "b", "list", "watch")
+    kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+    async with start(kube, slo_api_kubernetes_auth=True) as (_, app):
+        rt = app.state.runtime
+        access = rt.access.stream(TOKEN, await rt.access.authenticate(TOKEN), None, rt.visible.held)
+        allowed = await access.allowed()
+        kube.push(LLMS, {"type": "ADDED", "object": kube.add(LLMS, _llm("b", "in-b"))})
+        await until(lambda: rt.index.claims("in-b"), "in-b indexed")
+        r = Reader(rt.feed, rt.feed.open("summary", None, access=access, allowed=allowed))
+        await until(lambda: any(e.get("initial") for e in r.events), "the initial state")
+        assert r.changes() == [("ADDED", "in-a"), ("ADDED", "in-b")]
+        await r.stop()
+
+
+def test_a_stream_outlives_a_review_outage_for_its_grace_then_ends_resumable(
+    start: Started,
+) -> None:
+    """On virtual time: every review fails with 5xx from t=0. The stream stays open for
+    WATCH_REVIEW_GRACE_SECONDS, then ends with an `unavailable` ERROR naming its position."""
+
+    async def outage() -> None:
+        grants = _grants(NEW, LLMS, "a", "list", "watch")
+        kube = FakeKube({LLMS: [_llm("a", "in-a")]}, grants=grants)
+        async with start(
+            kube,
+            slo_api_kubernetes_auth=True,
+            token_review_seconds=0,  # the caches run on the wall clock: every check asks
+            access_allowed_seconds=0,
+            watch_access_seconds=10,
+            watch_review_grace_seconds=120,
+        ) as (_, app):
+            r = await _streaming(app.state.runtime)
+            loop = asyncio.get_running_loop()
+            kube.error_callback = fail(
+                KubeError(503, "ServiceUnavailable", "down", is_status=True),
+                "review_token",
+                "review_access",
+                times=None,
+            )
+            down = loop.time()
+            await asyncio.wait_for(asyncio.shield(r.task), 3600)
+            lasted = loop.time() - down
+            # Open through the grace, ended by the first re-check after it.
+            assert 120 <= lasted <= 120 + 10 + 1, lasted
+            *_, initial, place, last = r.events
+            assert last["type"] == "ERROR"
+            assert last["error"]["code"] == "unavailable"
+            # The place to resume from comes with it: where the stream got to.
+            assert (place["type"], place["revision"]) == ("BOOKMARK", initial["revision"])
+
+    vtime.run(outage())

@@ -46,3 +46,11 @@ def test_setdefault_keeps_the_bound_and_update_is_refused() -> None:
 def test_a_bound_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         BoundedDict(0)
+
+
+def test_touch_makes_an_entry_the_youngest() -> None:
+    d: BoundedDict[str, int] = BoundedDict(2)
+    d["a"], d["b"] = 1, 2
+    d.touch("a")
+    d["c"] = 3
+    assert list(d) == ["a", "c"]

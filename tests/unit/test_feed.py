@@ -16,9 +16,15 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
 from tests.unit import vtime
+from tests.unit.conftest import until
 from tests.unit.test_index_cache import JOB, LLM, POOL, cr, make_service, pool
 
 Obj = dict[str, Any]
+
+
+def at(kind: str, namespace: str) -> tuple[str, str, str]:
+    """A place a caller may list: these tests' CRs carry no apiVersion (API group "")."""
+    return (kind, namespace, "")
 
 
 def make_feed(service: Service | None = None, **overrides: Any) -> Feed:
@@ -173,8 +179,8 @@ async def test_a_members_pool_is_streamed_only_where_config_shows_it() -> None:
     index = feed.index
     index.upsert(LLM, cr("a", "x", "chat"))
     index.upsert(POOL, pool("a", "p", ["chat"]))
-    llm_only = frozenset({("llm", "a")})
-    both = llm_only | {("pool", "a")}
+    llm_only = frozenset({at("llm", "a")})
+    both = llm_only | {at("pool", "a")}
     pages = VisiblePages(feed.service, index, feed.log)
 
     def config(allowed: Allowed) -> Obj:
@@ -314,7 +320,7 @@ async def test_a_route_that_stops_being_visible_is_deleted_for_that_watcher() ->
 
     index.upsert(LLM, cr("mine", "x", "chat"))
     index.upsert(LLM, cr("theirs", "y", "secret"))
-    r = await reader(feed, allowed=frozenset({("llm", "mine")}))
+    r = await reader(feed, allowed=frozenset({at("llm", "mine")}))
     assert r.changes() == [("ADDED", "chat")]
     # Another namespace's CR makes it ambiguous: still visible through ours.
     index.upsert(LLM, cr("theirs", "z", "chat"))
@@ -559,7 +565,7 @@ async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route
     index = feed.index
     index.upsert(LLM, cr("theirs", "x", "shared"))
     index.upsert(POOL, pool("mine", "shared", []))
-    allowed = frozenset({("pool", "mine")})
+    allowed = frozenset({at("pool", "mine")})
     # /config?kind=llm for this caller lists the route: an LLM claims it, and the caller sees
     # one of its CRs (the pool). The stream lists it too.
     listed = feed.service.index.routes("llm")
@@ -571,9 +577,19 @@ async def test_kind_and_visibility_follow_the_config_rule_for_an_ambiguous_route
 
 
 class Access:
-    def __init__(self, holder: str | None, answers: list[Any]) -> None:
+    """Answers in turn (the last one from then on); `asked`: the places they are decided over
+    (by default those of the first answer: every place held was asked about)."""
+
+    def __init__(
+        self, holder: str | None, answers: list[Any], asked: frozenset[Any] | None = None
+    ) -> None:
         self.holder = holder
         self.answers = answers
+        first = answers[0] if answers else None
+        self.asked = asked if asked is not None else frozenset(first or ())
+
+    def settled(self) -> bool:
+        return True
 
     async def allowed(self) -> Allowed | None:
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
@@ -586,22 +602,27 @@ class Access:
 async def test_access_lost_or_changed_ends_the_stream_with_an_error_line() -> None:
     feed = make_feed(access_seconds=0.01)
     feed.index.upsert(LLM, cr("mine", "x", "chat"))
-    mine = frozenset({("llm", "mine")})
+    mine = frozenset({at("llm", "mine")})
     revoked = Access("alice", [mine, ApiError(401, "the token is not valid")])
     unbound = Access("bob", [mine, ApiError(403, "no list", code="forbidden")])
-    widened = Access("carol", [mine, mine | {("llm", "other")}])
+    # Rights gained where CRs were already (asked about, refused): the stream never had them.
+    widened = Access("carol", [mine, mine | {at("llm", "other")}], mine | {at("llm", "other")})
+    # Rights on a place that gained its first CR since: the view widens in place.
+    grown = Access("erin", [mine, mine | {at("llm", "new")}])
     steady = Access("dave", [mine])
     readers = [
         await reader(feed, access=a, allowed=await a.allowed())
-        for a in (revoked, unbound, widened, steady)
+        for a in (revoked, unbound, widened, grown, steady)
     ]
     feed.start()
     for r in readers[:3]:
         await asyncio.wait_for(r.task, 5)
     codes = [orjson.loads(r.raw[-1])["error"]["code"] for r in readers[:3]]
     assert codes == ["unauthorized", "forbidden", "expired"]
-    assert not readers[3].task.done()
-    await readers[3].stop()
+    await until(lambda: readers[3].stream.allowed == mine | {at("llm", "new")}, "widened")
+    for r in readers[3:]:
+        assert not r.task.done()
+        await r.stop()
     await feed.stop()
 
 

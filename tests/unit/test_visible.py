@@ -113,13 +113,16 @@ def test_a_scoped_callers_routes_stay_what_its_namespaces_hold_through_every_cha
     index = pages.index
     rng = random.Random(7)
     spaces, routes = ["a", "b", "c"], [f"r{i}" for i in range(12)]
-    callers = [frozenset({("llm", "a")}), frozenset({("llm", "b"), ("job", "c")})]
+    callers = [
+        frozenset({("llm", "a", NEW)}),
+        frozenset({("llm", "b", NEW), ("job", "c", NEW)}),
+    ]
 
-    def expected(allowed: frozenset[tuple[str, str]], kind: str | None) -> list[str]:
+    def expected(allowed: frozenset[tuple[str, str, str]], kind: str | None) -> list[str]:
         # From the claims as they are now: a route shows where one of its CRs may be listed.
         out = []
         for route in index.routes(kind):
-            claims = [("llm" if p == LLM else "job", ns) for p, ns in index.claimed_in(route)]
+            claims = [("llm" if p == LLM else "job", ns, g) for p, ns, g in index.claimed_in(route)]
             if any(place in allowed for place in claims):
                 out.append(route)
         return out
