@@ -387,7 +387,8 @@ class CRIndex:
         """`render(route)`, computed once and kept until the route's CRs or pools change.
 
         `render` must depend only on what the index holds for the route: the CRs claiming it
-        and the pools (same namespace) listing it as a member.
+        and the pools (same namespace) listing it as a member; or on what `refresh` is called
+        for when it changes (the limits of its namespace).
         """
         cache = self._rendered.get(view)
         if cache is None:
@@ -682,6 +683,22 @@ class CRIndex:
 
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
         self.replace(plural, (), group, namespace)
+
+    def refresh(self, namespaces: set[str]) -> None:
+        """Drop the renders of every route with a CR in `namespaces`, and tell the listeners:
+        something they show from outside the index changed there (its limits)."""
+        for objects in self._objects.values():
+            for (namespace, _), entry in objects.items():
+                if namespace in namespaces and valid_route(entry.route):
+                    self._forget(entry.route)
+        self._publish()
+
+    def placed_objects(self, namespaces: set[str]) -> Iterator[tuple[str, Obj]]:
+        """(plural, object) of every CR shown in `namespaces`."""
+        for plural, objects in self._objects.items():
+            for (namespace, _), entry in objects.items():
+                if namespace in namespaces:
+                    yield plural, entry.obj()
 
     # -- bookkeeping -----------------------------------------------------------------------
 

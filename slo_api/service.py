@@ -13,6 +13,7 @@ from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
+from slo_api.limits import Limits
 from slo_api.ownership import Owner, Ownership
 from slo_api.upstream import to_api_error
 
@@ -163,12 +164,24 @@ def field_managed(kind: Kind, owners: list[Owner]) -> ApiError:
 
 class Service:
     def __init__(
-        self, kube: Kube, kinds: list[Kind], index: CRIndex, ownership: Ownership | None = None
+        self,
+        kube: Kube,
+        kinds: list[Kind],
+        index: CRIndex,
+        ownership: Ownership | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
         self.index = index
         self.ownership = ownership or Ownership()
+        self.limits = limits or Limits()
+        # A route's body shows its namespace's limits: cached renders follow them.
+        self.limits.subscribe(index.refresh)
+        # How many routes are stored beyond their limits, until a CR or a limit changes.
+        self._over_limits: int | None = None
+        index.subscribe(self._recount)
+        self.limits.subscribe(self._recount)
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
 
@@ -262,7 +275,22 @@ class Service:
         managed = self.managed(kind, obj)
         if managed:
             body["managed"] = managed
+        body.update(self.limits.view(kind.name, obj))
         return body
+
+    def _recount(self, _: set[str]) -> None:
+        self._over_limits = None
+
+    def routes_over_limits(self) -> int:
+        """How many routes have a CR stored beyond its namespace's limits (`overLimits`)."""
+        if self._over_limits is None:
+            over = set()
+            for plural, obj in self.index.placed_objects(self.limits.capped()):
+                kind = self.kinds[plural]
+                if "overLimits" in self.limits.view(kind.name, obj):
+                    over.add(kind.route_of(obj))
+            self._over_limits = len(over)
+        return self._over_limits
 
     def managed(self, kind: Kind, obj: Obj) -> dict[str, str]:
         """Read-only `managed`: each client-owned field a GitOps tool owns, and that tool."""
