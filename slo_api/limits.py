@@ -194,6 +194,10 @@ class Limits:
 
     # -- reads -----------------------------------------------------------------------------
 
+    def exempt(self, namespace: str) -> bool:
+        """Whether the namespace is labelled exempt from the guardrails."""
+        return namespace in self._exempt
+
     def capped(self) -> set[str]:
         """The namespaces where some cap is in effect."""
         return {ns for ns, caps in self._caps.items() if caps and ns not in self._exempt}
