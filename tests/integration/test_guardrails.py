@@ -102,9 +102,7 @@ def _kubectl(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.Comple
 def _dry_patch(admin: Admin, obj: crs.Obj, spec: dict[str, Any]) -> None:
     meta = obj["metadata"]
     path = admin.path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
-    admin.request(
-        "PATCH", path, {"spec": spec}, "application/merge-patch+json", {"dryRun": "All"}
-    )
+    admin.request("PATCH", path, {"spec": spec}, "application/merge-patch+json", {"dryRun": "All"})
 
 
 async def _in_force(service: RunningService, admin: Admin, obj: crs.Obj) -> None:
@@ -141,7 +139,7 @@ async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
     admin.create(_limits(namespace, **CAPS))
     await _in_force(service, admin, objs["llm"])
     for route in routes.values():
-        await service.eventually(lambda r=route: service.indexed(r), what=f"{r} indexed")
+        await service.eventually(lambda r=route: service.indexed(r), what=f"{route} indexed")
     await service.eventually(
         lambda: service.runtime.limits.capped() >= {namespace}, what="slo-api reads the limits"
     )
@@ -154,7 +152,7 @@ async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
             admin.merge_patch(crs.SLO, KINDS[kind], namespace, name, {"spec": _spec_of(body)})
         assert patched.value.status == 422, cap
         message = str(patched.value)
-        assert f"ValidatingAdmissionPolicy 'slo-limits' with binding 'slo-limits'" in message
+        assert "ValidatingAdmissionPolicy 'slo-limits' with binding 'slo-limits'" in message
         assert f"{cap} is {CAPS[cap]:g} in this namespace's SLOLimits default" in message
         # kubectl apply, client-side and server-side.
         current = admin.get(crs.SLO, KINDS[kind], namespace, name)
@@ -169,17 +167,20 @@ async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
         for mode in ((), ("--server-side", "--force-conflicts")):
             applied = _kubectl(cluster, "apply", *mode, "-f", "-", stdin=json.dumps(manifest))
             assert applied.returncode != 0, (cap, mode, applied.stdout)
-            assert "denied request" in applied.stderr and cap in applied.stderr, applied.stderr
+            assert "denied request" in applied.stderr, applied.stderr
+            assert cap in applied.stderr, applied.stderr
         # slo-api's write and its dry run.
         for params in ({}, {"dryRun": "true"}):
             response = await service.put(f"/routes/{routes[kind]}", body, params=params)
             assert response.status_code == 400, (cap, response.text)
             error = response.json()["error"]
             assert (error["code"], error["field"]) == ("limit_exceeded", field), cap
-            assert f"{cap} is {CAPS[cap]:g} in the namespace's SLOLimits `default`" in (
-                error["message"]
+            assert (
+                f"{cap} is {CAPS[cap]:g} in the namespace's SLOLimits `default`"
+                in (error["message"])
             )
-            assert name not in response.text.split() and namespace not in response.text
+            assert name not in response.text.split()
+            assert namespace not in response.text
         stored = admin.get(crs.SLO, KINDS[kind], namespace, name)
         assert stored["spec"] == current["spec"], cap
 
@@ -268,7 +269,7 @@ async def test_an_exempt_namespace_and_one_without_limits_are_not_capped(
     for ns in (free, exempt):
         route = f"free-{ns}"
         admin.create(crs.llm(ns, "free", route, priority=10))
-        await service.eventually(lambda r=route: service.indexed(r), what=f"{r} indexed")
+        await service.eventually(lambda r=route: service.indexed(r), what=f"{route} indexed")
         response = await service.put(
             f"/routes/{route}", {"maximumDeployment": {"type": "replica", "value": 500}}
         )

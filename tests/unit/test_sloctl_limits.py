@@ -43,7 +43,8 @@ def test_set_beyond_a_limit_explains_the_refusal(
     assert code == 2
     assert out == ""
     assert "priority may be at most 5" in err
-    assert "sloctl get" in err and "platform admin" in err
+    assert "sloctl get" in err
+    assert "platform admin" in err
 
 
 def test_set_refuses_to_change_the_limits_before_sending_anything(
@@ -54,5 +55,6 @@ def test_set_refuses_to_change_the_limits_before_sending_anything(
     code, _, err = run(capsys, "set", "chat-7b", "limits.maxPriority=10")
 
     assert code == 2
-    assert "limits is read-only" in err and "SLOLimits" in err
+    assert "limits is read-only" in err
+    assert "SLOLimits" in err
     assert not put.called
