@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -105,6 +105,10 @@ def _dry_patch(admin: Admin, obj: crs.Obj, spec: dict[str, Any]) -> None:
     admin.request("PATCH", path, {"spec": spec}, "application/merge-patch+json", {"dryRun": "All"})
 
 
+def _indexed(service: RunningService, route: str) -> Callable[[], bool]:
+    return lambda: bool(service.indexed(route))
+
+
 async def _in_force(service: RunningService, admin: Admin, obj: crs.Obj) -> None:
     """A new policy or parameter takes effect once the API server has seen it: dry runs of a
     change beyond a cap until one is refused."""
@@ -120,8 +124,9 @@ async def _in_force(service: RunningService, admin: Admin, obj: crs.Obj) -> None
 
 
 def _spec_of(body: dict[str, Any]) -> dict[str, Any]:
-    """The API's body as the CR's spec (the same names here)."""
-    return json.loads(json.dumps(body))
+    """The API's body as the CR's spec (the same names here), a copy."""
+    spec: dict[str, Any] = json.loads(json.dumps(body))
+    return spec
 
 
 async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
@@ -139,7 +144,7 @@ async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
     admin.create(_limits(namespace, **CAPS))
     await _in_force(service, admin, objs["llm"])
     for route in routes.values():
-        await service.eventually(lambda r=route: service.indexed(r), what=f"{route} indexed")
+        await service.eventually(_indexed(service, route), what=f"{route} indexed")
     await service.eventually(
         lambda: service.runtime.limits.capped() >= {namespace}, what="slo-api reads the limits"
     )
@@ -156,7 +161,7 @@ async def test_each_cap_refuses_kubectl_a_merge_patch_and_slo_api_alike(
         assert f"{cap} is {CAPS[cap]:g} in this namespace's SLOLimits default" in message
         # kubectl apply, client-side and server-side.
         current = admin.get(crs.SLO, KINDS[kind], namespace, name)
-        manifest = {
+        manifest: dict[str, Any] = {
             "apiVersion": crs.SLO,
             "kind": KINDS[kind],
             "metadata": {"name": name, "namespace": namespace},
@@ -269,7 +274,7 @@ async def test_an_exempt_namespace_and_one_without_limits_are_not_capped(
     for ns in (free, exempt):
         route = f"free-{ns}"
         admin.create(crs.llm(ns, "free", route, priority=10))
-        await service.eventually(lambda r=route: service.indexed(r), what=f"{route} indexed")
+        await service.eventually(_indexed(service, route), what=f"{route} indexed")
         response = await service.put(
             f"/routes/{route}", {"maximumDeployment": {"type": "replica", "value": 500}}
         )
