@@ -303,7 +303,9 @@ def test_tenants_cannot_change_limits_and_slo_api_only_reads_them(
             }
         )
 
-    def allowed(user: str, verb: str, resource: str = "slolimits", group: str = "") -> bool:
+    def allowed(
+        user: str, verb: str, resource: str = "slolimits", group: str = "inference.modelsphere.dev"
+    ) -> bool:
         review = admin.request(
             "POST",
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
@@ -313,7 +315,7 @@ def test_tenants_cannot_change_limits_and_slo_api_only_reads_them(
                 "spec": {
                     "user": user,
                     "resourceAttributes": {
-                        "group": group or "inference.modelsphere.dev",
+                        "group": group,
                         "resource": resource,
                         "verb": verb,
                         "namespace": namespace,
