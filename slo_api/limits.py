@@ -37,15 +37,15 @@ SOURCE = "the namespace's SLOLimits `default`"
 
 
 @dataclass(frozen=True)
-class Watched:
+class WatchedResource:
     """What an informer of the guardrails watches (slo_api.watching.Watched)."""
 
     name: str
     resource: Resource
 
 
-PARAMS_WATCH = Watched("slolimits", PARAMS)
-NAMESPACES_WATCH = Watched("namespaces", NAMESPACES)
+PARAMS_WATCH = WatchedResource("slolimits", PARAMS)
+NAMESPACES_WATCH = WatchedResource("namespaces", NAMESPACES)
 
 
 def _spec(obj: Obj) -> Obj:
