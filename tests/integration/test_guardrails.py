@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from controlplane.cluster import CONFIG, Cluster
 from slo_api.limits import EXEMPT_LABEL
 from tests.integration import crs
 from tests.integration.service import RunningService
+from tests.integration.test_groups_cluster import OLD, install, under, uninstall
 
 pytestmark = pytest.mark.integration
 
@@ -352,3 +354,40 @@ def test_the_slolimits_crd_validates_its_fields(
         assert refused.value.status == 422, spec
     with pytest.raises(AdminError):
         admin.create({**_limits(namespace), "metadata": {"name": "x", "namespace": namespace}})
+
+
+def test_the_caps_hold_under_the_older_api_group_too(
+    admin: Admin, namespace: str, guardrails: None
+) -> None:
+    plurals = ("llmslorequirements",)
+    install(admin, OLD, plurals)
+    try:
+        old = admin.create(under(OLD, crs.llm(namespace, "legacy", f"legacy-{namespace}")))
+        admin.create(_limits(namespace, maxPriority=5))
+
+        def refused() -> bool:
+            try:
+                _dry_patch(admin, old, {"priority": 9})
+            except AdminError as exc:
+                return "maxPriority is 5" in str(exc)
+            return False
+
+        deadline = time.monotonic() + 60
+        while not refused():
+            assert time.monotonic() < deadline, "the guardrails never held under the old group"
+            time.sleep(0.2)
+        with pytest.raises(AdminError) as patched:
+            admin.merge_patch(
+                old["apiVersion"],
+                "LLMSLORequirement",
+                namespace,
+                "legacy",
+                {"spec": {"priority": 9}},
+            )
+        assert patched.value.status == 422
+        kept = admin.merge_patch(
+            old["apiVersion"], "LLMSLORequirement", namespace, "legacy", {"spec": {"priority": 5}}
+        )
+        assert kept["spec"]["priority"] == 5
+    finally:
+        uninstall(admin, OLD, plurals)
