@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from slo_api.kube import KubeError
-from slo_api.limits import EXEMPT_LABEL, refusal
+from slo_api.limits import EXEMPT_LABEL, Limits, refusal
 from tests.unit.conftest import AUTH, Started, job_cr, llm_cr, until
 from tests.unit.fakes import FakeKube
 
@@ -171,3 +171,33 @@ async def test_a_write_the_guardrails_refuse_is_limit_exceeded_and_a_dry_run_too
             assert "priority may be at most 5" in error["message"]
             assert '"chat"' not in response.text
             assert "ns" not in error["message"].split()
+
+
+async def test_the_store_keeps_only_each_namespaces_default_and_follows_relists() -> None:
+    limits = Limits()
+    heard: list[set[str]] = []
+    limits.subscribe(heard.append)
+    listed = [
+        limits.entry("slolimits", limits_cr("a", maxPriority=5, unknown=1)),
+        limits.entry("slolimits", limits_cr("b", name="team", maxPriority=1)),
+        limits.entry("slolimits", limits_cr("c", maxQueueDepth=9)),
+    ]
+    await limits.replace_in_turns("slolimits", listed)
+    assert (limits.in_effect("job", "a"), limits.in_effect("job", "b")) == ({"maxPriority": 5}, {})
+    assert heard == [{"a", "c"}]
+    # A relist of one watched namespace leaves the others alone.
+    await limits.replace_in_turns("slolimits", [], namespace="a")
+    assert limits.capped() == {"c"}
+    limits.delete("slolimits", limits_cr("c"))
+    assert limits.capped() == set()
+    limits.upsert("slolimits", limits_cr("d", maxPriority=2))
+    # The CRD gone: every namespace's limits go with it.
+    limits.clear("slolimits")
+    assert limits.capped() == set()
+    # Exempt namespaces: the label's informer lists only those; a DELETED one is no longer.
+    limits.upsert("slolimits", limits_cr("e", maxPriority=2))
+    limits.upsert("namespaces", namespace_obj("e", exempt=True))
+    assert limits.exempt("e")
+    assert limits.in_effect("llm", "e") == {}
+    limits.delete("namespaces", namespace_obj("e", exempt=True))
+    assert limits.in_effect("llm", "e") == {"maxPriority": 2}
