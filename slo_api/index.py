@@ -291,6 +291,8 @@ class CRIndex:
         # While a large relist is applied to a copy (see _aside): the changes made here since
         # (plural, name, change), and a future done once the copy is swapped in or dropped.
         self._log: list[tuple[str, Name, dict[str, Entry | None]]] | None = None
+        # Meanwhile too: the routes `refresh` dropped the renders of (the copy's are its own).
+        self._refreshed: set[str] | None = None
         self._built: asyncio.Future[None] | None = None
 
     def subscribe(self, listener: Listener) -> None:
@@ -636,8 +638,8 @@ class CRIndex:
         other._places = Counter(self._places)
         other._touched, other._changed, other._moved = set(), set(), set()
         other._listeners, other._updated = [], []
-        other._log, other._built = None, None
-        self._log = []
+        other._log, other._built, other._refreshed = None, None, None
+        self._log, self._refreshed = [], set()
         self._built = asyncio.get_running_loop().create_future()
         return other
 
@@ -659,6 +661,8 @@ class CRIndex:
                 }
             if change:
                 other._change(p, name, change)
+        for route in self._refreshed or ():
+            other._forget(route)
         other._sort_touched()
         replaced: list[dict[Any, Any]] = [
             *self._objects.values(),
@@ -677,7 +681,7 @@ class CRIndex:
         return replaced
 
     def _end_aside(self) -> None:
-        built, self._built, self._log = self._built, None, None
+        built, self._built, self._log, self._refreshed = self._built, None, None, None
         if built is not None and not built.done():
             built.set_result(None)
 
@@ -691,6 +695,8 @@ class CRIndex:
             for (namespace, _), entry in objects.items():
                 if namespace in namespaces and valid_route(entry.route):
                     self._forget(entry.route)
+                    if self._refreshed is not None:
+                        self._refreshed.add(entry.route)
         self._publish()
 
     def placed_objects(self, namespaces: set[str]) -> Iterator[tuple[str, Obj]]:
