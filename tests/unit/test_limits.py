@@ -10,10 +10,11 @@ from slo_api.limits import EXEMPT_LABEL, Limits, refusal
 from tests.unit.conftest import AUTH, Started, job_cr, llm_cr, until
 from tests.unit.fakes import FakeKube
 
-# What the API server answers when the guardrails' policy refuses a change (its real shape:
-# tests/integration/test_guardrails.py checks that slo-api reads it from the API server).
+# What the API server answers when the guardrails' policy refuses a change: 422, reason Invalid,
+# this message and one cause without a field holding its part from the policy's name on; only
+# the first failed validation is told (tests/integration/test_guardrails.py on the real one).
 DENIAL = (
-    'llmslorequirements.inference.modelsphere.dev "chat-cr" is invalid: '
+    'llmslorequirements.inference.modelsphere.dev "chat-cr" is forbidden: '
     "ValidatingAdmissionPolicy 'slo-limits' with binding 'slo-limits' denied request: "
     "{prefix} is {value} in this namespace's SLOLimits default: {rest}"
 )
@@ -157,7 +158,8 @@ async def test_a_write_the_guardrails_refuse_is_limit_exceeded_and_a_dry_run_too
 
     def refuse(method: str, *args: Any) -> None:
         if method == "patch":
-            raise KubeError(422, "Invalid", message, is_status=True)
+            cause = {"message": message.split(" is forbidden: ", 1)[1]}
+            raise KubeError(422, "Invalid", message, causes=[cause], is_status=True)
 
     kube = FakeKube({"llmslorequirements": [llm_cr("chat")]}, error_callback=refuse)
     async with start(kube) as (client, _):
