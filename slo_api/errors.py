@@ -9,6 +9,7 @@ from typing import Any
 # it). The first code of a status is the one an error that names only its status gets.
 ERRORS: dict[str, int] = {
     "invalid_request": 400,
+    "limit_exceeded": 400,
     "unauthorized": 401,
     "forbidden": 403,
     "not_found": 404,

@@ -294,6 +294,8 @@ class CRIndex:
         # While a large relist is applied to a copy (see _aside): the changes made here since
         # (plural, name, change), and a future done once the copy is swapped in or dropped.
         self._log: list[tuple[str, Name, dict[str, Entry | None]]] | None = None
+        # Meanwhile too: the routes `refresh` dropped the renders of (the copy's are its own).
+        self._refreshed: set[str] | None = None
         self._built: asyncio.Future[None] | None = None
 
     def subscribe(self, listener: Listener) -> None:
@@ -399,7 +401,8 @@ class CRIndex:
         """`render(route)`, computed once and kept until the route's CRs or pools change.
 
         `render` must depend only on what the index holds for the route: the CRs claiming it
-        and the pools (same namespace) listing it as a member.
+        and the pools (same namespace) listing it as a member; or on what `refresh` is called
+        for when it changes (the limits of its namespace).
         """
         cache = self._rendered.get(view)
         if cache is None:
@@ -648,8 +651,8 @@ class CRIndex:
         other._groups_in = {place: set(groups) for place, groups in self._groups_in.items()}
         other._touched, other._changed, other._moved = set(), set(), set()
         other._listeners, other._updated = [], []
-        other._log, other._built = None, None
-        self._log = []
+        other._log, other._built, other._refreshed = None, None, None
+        self._log, self._refreshed = [], set()
         self._built = asyncio.get_running_loop().create_future()
         return other
 
@@ -671,6 +674,8 @@ class CRIndex:
                 }
             if change:
                 other._change(p, name, change)
+        for route in self._refreshed or ():
+            other._forget(route)
         other._sort_touched()
         replaced: list[dict[Any, Any]] = [
             *self._objects.values(),
@@ -689,12 +694,30 @@ class CRIndex:
         return replaced
 
     def _end_aside(self) -> None:
-        built, self._built, self._log = self._built, None, None
+        built, self._built, self._log, self._refreshed = self._built, None, None, None
         if built is not None and not built.done():
             built.set_result(None)
 
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
         self.replace(plural, (), group, namespace)
+
+    def refresh(self, namespaces: set[str]) -> None:
+        """Drop the renders of every route with a CR in `namespaces`, and tell the listeners:
+        something they show from outside the index changed there (its limits)."""
+        for objects in self._objects.values():
+            for (namespace, _), entry in objects.items():
+                if namespace in namespaces and valid_route(entry.route):
+                    self._forget(entry.route)
+                    if self._refreshed is not None:
+                        self._refreshed.add(entry.route)
+        self._publish()
+
+    def placed_objects(self, namespaces: set[str]) -> Iterator[tuple[str, Obj]]:
+        """(plural, object) of every CR shown in `namespaces`."""
+        for plural, objects in self._objects.items():
+            for (namespace, _), entry in objects.items():
+                if namespace in namespaces:
+                    yield plural, entry.obj()
 
     # -- bookkeeping -----------------------------------------------------------------------
 

@@ -360,8 +360,10 @@ class Kube:
     @staticmethod
     def _path(res: Resource, namespace: str | None, name: str = "") -> str:
         scope = f"/namespaces/{namespace}" if namespace is not None else ""
+        # The core group ("": namespaces) is served under /api, every other under /apis.
+        api = f"/apis/{res.group}/{res.version}" if res.group else f"/api/{res.version}"
         # Names and namespaces are DNS labels and subdomains: nothing to escape.
-        return f"/apis/{res.group}/{res.version}{scope}/{res.plural}" + (f"/{name}" if name else "")
+        return f"{api}{scope}/{res.plural}" + (f"/{name}" if name else "")
 
     async def list(
         self,

@@ -170,6 +170,13 @@ class Metrics:
             "measured cost per CR and per cached render",
             registry=self.registry,
         )
+        self.routes_over_limits = Gauge(
+            "slo_api_routes_over_limits",
+            "Routes whose stored values are beyond their namespace's limits (SLOLimits "
+            "`default`): admission refuses new writes beyond a cap but never rechecks what "
+            "was stored before it",
+            registry=self.registry,
+        )
 
         self.watchers = Gauge(
             "slo_api_change_streams_open",

@@ -16,13 +16,14 @@ from slo_api.history import History
 from slo_api.index import CRIndex
 from slo_api.kinds import Kind, build_kinds
 from slo_api.kube import Kube
+from slo_api.limits import EXEMPT_SELECTOR, NAMESPACES_WATCH, PARAMS_WATCH, Limits
 from slo_api.metrics import KindState, Metrics
 from slo_api.ownership import Ownership
 from slo_api.recovery import Recovery, stop_tasks, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings
 from slo_api.visible import VisiblePages
-from slo_api.watching import Loops
+from slo_api.watching import Informer, Loops
 
 log = logging.getLogger("slo_api")
 
@@ -50,9 +51,11 @@ class Runtime:
             settings.gitops_argocd_tracking_label,
         )
         self.index: CRIndex = Service.index_for(self.kinds, ownership)
+        # The guardrails' caps per namespace, which routes show (read by the informers below).
+        self.limits = Limits()
         # Nothing remembered of GitOps owners a write took a field from, until the route
         # history's memory is passed here (`remembered=`).
-        self.service = Service(kube, self.kinds, self.index, ownership)
+        self.service = Service(kube, self.kinds, self.index, ownership, limits=self.limits)
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.events = EventRecorder(kube, metrics)
@@ -98,6 +101,27 @@ class Runtime:
             )
             for kind in self.kinds
         ]
+        # The guardrails: each watched namespace's SLOLimits (`default` is kept), and the
+        # namespaces labelled exempt (only those are listed).
+        self.limit_informers = [
+            *(
+                Informer(
+                    loops,
+                    PARAMS_WATCH,
+                    store=self.limits,
+                    namespace=namespace,
+                    recovery=self.recovery,
+                )
+                for namespace in self.namespaces or (None,)
+            ),
+            Informer(
+                loops,
+                NAMESPACES_WATCH,
+                store=self.limits,
+                label_selector=EXEMPT_SELECTOR,
+                recovery=self.recovery,
+            ),
+        ]
         self.shutting_down = False
         # The kinds' supervised watches: each lives until stop().
         self._tasks: list[asyncio.Task[None]] = []
@@ -106,6 +130,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
         metrics.index_bytes.set_function(self.index.estimated_bytes)
+        metrics.routes_over_limits.set_function(self.service.routes_over_limits)
 
     def scope(self) -> dict[str, list[str] | str | None]:
         """What is watched: the namespaces (None: all) and the label selector (None: none)."""
@@ -140,6 +165,13 @@ class Runtime:
             asyncio.create_task(self._supervised(i), name=f"watch-{i.kind.name}")
             for i in self.informers
         ]
+        self._tasks += [
+            asyncio.create_task(
+                self._limits_supervised(i),
+                name=f"watch-{i.kind.name}",
+            )
+            for i in self.limit_informers
+        ]
         self._freeze = asyncio.create_task(self._freeze_when_synced(), name="gc-freeze")
 
     async def _freeze_when_synced(self) -> None:
@@ -160,6 +192,17 @@ class Runtime:
             watch.run,
             on_failure=failed,
             pause=self.recovery.pause,
+        )
+
+    async def _limits_supervised(self, informer: Informer) -> None:
+        name = informer.kind.name
+
+        def failed(_: BaseException | None) -> None:
+            informer.current = False
+            self.metrics.task_failures.labels(name, "informer").inc()
+
+        await supervise(
+            f"the watch of {name}", informer.run, on_failure=failed, pause=self.recovery.pause
         )
 
     def end_streams(self) -> None:

@@ -13,6 +13,7 @@ from slo_api.index import CRIndex, IndexedKind, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj, PoolLookup, spec, without_unchanged
 from slo_api.kinds.pool import status_view
 from slo_api.kube import Kube, KubeError, Resource
+from slo_api.limits import Limits
 from slo_api.ownership import NOTHING, Owner, Ownership
 from slo_api.upstream import to_api_error
 
@@ -186,6 +187,7 @@ class Service:
         index: CRIndex,
         ownership: Ownership | None = None,
         remembered: Remembered | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.kube = kube
         self.kinds = {k.resource.plural: k for k in kinds}
@@ -194,6 +196,13 @@ class Service:
         # The owners a forced write or a kubectl edit took a field from, still in force: the
         # route's history remembers them (managedFields alone forgets them at once).
         self.remembered: Remembered = remembered or _nothing_remembered
+        self.limits = limits or Limits()
+        # A route's body shows its namespace's limits: cached renders follow them.
+        self.limits.subscribe(index.refresh)
+        # How many routes are stored beyond their limits, until a CR or a limit changes.
+        self._over_limits: int | None = None
+        index.subscribe(self._recount)
+        self.limits.subscribe(self._recount)
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
         self._pool_plural = next((k.resource.plural for k in kinds if k.groups_routes), "")
@@ -293,12 +302,27 @@ class Service:
         managed = self.managed(kind, obj)
         if managed:
             body["managed"] = managed
+        body.update(self.limits.view(kind.name, obj))
         return body
 
     def gitops_owners(self, obj: Obj) -> dict[str, Owner]:
         """The GitOps owners of the CR's client-owned fields: those in its managedFields and
         the remembered ones still in force. What GET shows and what a write is checked on."""
         return self.ownership.owners(obj, self.remembered(obj))
+
+    def _recount(self, _: set[str]) -> None:
+        self._over_limits = None
+
+    def routes_over_limits(self) -> int:
+        """How many routes have a CR stored beyond its namespace's limits (`overLimits`)."""
+        if self._over_limits is None:
+            over = set()
+            for plural, obj in self.index.placed_objects(self.limits.capped()):
+                kind = self.kinds[plural]
+                if "overLimits" in self.limits.view(kind.name, obj):
+                    over.add(kind.route_of(obj))
+            self._over_limits = len(over)
+        return self._over_limits
 
     def managed(self, kind: Kind, obj: Obj) -> dict[str, str]:
         """Read-only `managed`: each client-owned field a GitOps tool owns, and that tool."""

@@ -2,7 +2,8 @@
 
 `failure` is what any call's failure becomes (504, or 502 with an RBAC refusal logged
 loudly); `to_api_error` adds what a CR's own read or write can say (a refused change is
-400 with its causes, 404, 409); `unavailable` is a review nobody answered (503: fail closed).
+400 with its causes, or `limit_exceeded` when the guardrails refused it, 404, 409);
+`unavailable` is a review nobody answered (503: fail closed).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from slo_api.errors import ApiError, invalid
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import KubeError, KubeTimeout, log_failure
+from slo_api.limits import refusal
 
 log = logging.getLogger("slo_api.upstream")
 
@@ -88,8 +90,9 @@ def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
     denial = exc.denial
     if denial is not None:
         # The cluster's policy refused this change (whatever code it chose): the client can
-        # act on its reason; slo-api's own permissions are fine.
-        return invalid(_scrub(denial, _secrets(obj)))
+        # act on its reason; slo-api's own permissions are fine. The guardrails' policy is
+        # told in the API's names (the field, the cap and where it is set).
+        return refusal(denial) or invalid(_scrub(denial, _secrets(obj)))
     if exc.status in (400, 422):
         causes = _causes(exc, kind, obj)
         if not causes:

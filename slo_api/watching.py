@@ -22,11 +22,12 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from slo_api.index import CRIndex, Entry, Name
-from slo_api.kinds.base import Kind, Obj
+from slo_api.index import CRIndex, Name
+from slo_api.kinds.base import Obj
 from slo_api.kube import Kube, KubeError, KubeTimeout, KubeUnavailable, Resource, log_failure
 from slo_api.metrics import Metrics
 from slo_api.recovery import Backoff, Recovery
@@ -48,6 +49,49 @@ ROLE = (
 async def _sleep(seconds: float) -> None:
     # Every sleep of the loop goes through here (tests put a fake clock behind it).
     await asyncio.sleep(seconds)
+
+
+class Watched(Protocol):
+    """What an informer watches: a name for its metrics and logs, and where it lives (a Kind,
+    or any other resource slo-api reads, such as the guardrails' parameters)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def resource(self) -> Resource: ...
+
+
+class Held(Protocol):
+    """What a store keeps of one object, made as a list is read."""
+
+    @property
+    def name(self) -> Name: ...
+
+
+class Store(Protocol):
+    """Where an informer keeps what it lists and watches: the CRIndex for the route kinds, or a
+    store of its own for what else slo-api reads (it keeps only what it needs of each)."""
+
+    def entry(self, plural: str, obj: Obj, group: str | None = None) -> Held: ...
+
+    def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None: ...
+
+    async def replace_in_turns(
+        self,
+        plural: str,
+        objs: Iterable[Any],
+        group: str | None = None,
+        namespace: str | None = None,
+    ) -> None: ...
+
+    def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool: ...
+
+    def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool: ...
+
+    def clear(
+        self, plural: str, group: str | None = None, namespace: str | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,8 +129,9 @@ class Informer:
     def __init__(
         self,
         loops: Loops,
-        kind: Kind,
+        kind: Watched,
         *,
+        store: Store | None = None,
         resource: Resource | None = None,
         namespace: str | None = None,
         label_selector: str = "",
@@ -94,7 +139,8 @@ class Informer:
         recovery: Recovery | None = None,
     ) -> None:
         self.loops = loops
-        self.kube, self.index, self.metrics = loops.kube, loops.index, loops.metrics
+        self.kube, self.metrics = loops.kube, loops.metrics
+        self.index: Store = loops.index if store is None else store
         self.kind = kind
         self.resource = resource or kind.resource
         self.group = self.resource.group
@@ -241,7 +287,7 @@ class Informer:
     async def _stream_list(self) -> str:
         # Every event before the initial-events-end bookmark applies, as in client-go's watch
         # list: an API server may interleave MODIFIED or DELETED with the ADDED ones.
-        entries: dict[Name, Entry] = {}
+        entries: dict[Name, Held] = {}
         events = self.kube.watch(
             self.resource,
             resource_version="",
@@ -272,7 +318,7 @@ class Informer:
         raise _Relist("relist", "the list stream ended before its initial events did")
 
     async def _page_list(self) -> str:
-        items: list[Entry] = []
+        items: list[Held] = []
         continue_: str | None = None
         while True:
             try:
@@ -298,7 +344,7 @@ class Informer:
                 break
         return await self._listed(items, str(meta.get("resourceVersion") or ""))
 
-    async def _listed(self, items: list[Entry], resource_version: str) -> str:
+    async def _listed(self, items: list[Held], resource_version: str) -> str:
         """The kind's CRs under this group are `items` as of `resource_version`."""
         self._page_next = False
         self._answered()

@@ -21,6 +21,9 @@ class ErrorCause(BaseModel):
     )
     operation: str | None = Field(None, description="field_managed: Apply or Update.")
     time: str | None = Field(None, description="field_managed: when the tool last set it.")
+    limit: str | None = Field(
+        None, description="limit_exceeded: the field of the namespace's SLOLimits that caps it."
+    )
 
 
 class ErrorDetail(BaseModel):
@@ -119,7 +122,8 @@ _ERROR = {"application/json": {"schema": ref("Error")}}
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {
         304: "Not modified (If-None-Match matched)",
-        400: "Invalid request",
+        400: "Invalid request, or a value beyond the route's limits (limit_exceeded: `field` "
+        "names it, the message the cap and where it is set)",
         401: "Missing or wrong token",
         403: "A read token on a write, RBAC denies the Kubernetes identity this verb, or "
         "(watch) it may list and watch the kind in no namespace",

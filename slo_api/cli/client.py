@@ -317,6 +317,11 @@ def error_from_response(response: httpx.Response) -> CliError:
             "hint: change it in the source the tool syncs from, or pass --force to write it "
             "anyway (the tool will revert it at its next sync)"
         )
+    elif isinstance(error, dict) and error.get("code") == "limit_exceeded":
+        details.append(
+            "hint: `sloctl get ROUTE` shows the route's limits; a value stored beyond one may "
+            "stay or move toward it; a platform admin sets them (the namespace's SLOLimits)"
+        )
     elif status in _HINTS:
         details.append("hint: " + _HINTS[status])
     return CliError(message, exit_code, status=status, field=field, details=tuple(details))

@@ -25,6 +25,12 @@ METRIC_SECTIONS = frozenset({"ttft", "otps"})
 BOUND_ALIASES = {"min": "minimumDeployment", "max": "maximumDeployment"}
 BOUND_FIELDS = frozenset(BOUND_ALIASES.values())
 
+# Fields a route shows that no write changes, and who changes them instead.
+READ_ONLY = {
+    "limits": "a platform admin sets the route's limits (its namespace's SLOLimits `default`)",
+    "overLimits": "it lists the fields stored beyond the route's limits",
+    "managed": "it names the GitOps tool that owns a field",
+}
 # Fields that are always strings: "pool.default=7" names a member called "7", not the number 7.
 STRING_FIELDS = frozenset(
     {
@@ -55,6 +61,8 @@ def parse_assignment(text: str) -> Assignment:
     if not all(path):
         raise usage(f"{text!r}: empty segment in key {key!r}")
     path = (BOUND_ALIASES.get(path[0], path[0]), *path[1:])
+    if path[0] in READ_ONLY:
+        raise usage(f"{text!r}: {path[0]} is read-only: {READ_ONLY[path[0]]}")
     value = parse_string(raw) if path in STRING_FIELDS else parse_value(raw)
     if len(path) == 1 and path[0] in BOUND_FIELDS:
         value = parse_bound(value, text)

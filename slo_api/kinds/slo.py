@@ -36,12 +36,35 @@ class PoolView(Body):
     phase: str | None
 
 
+# Read-only: what a platform admin allows (the namespace's SLOLimits `default`), set apart
+# from the route's own values; an echoed copy is ignored, as `managed` is.
+Limits = Annotated[
+    dict[str, int | float] | None,
+    Field(
+        description="Read-only: the caps in effect for this route (its namespace's SLOLimits "
+        "`default`, in that spec's field names: maxPriority, maxReplicas, maxPDEngines, "
+        "minTTFTSeconds, maxOTPS, maxQueueDepth; only those set that apply to the kind; "
+        "absent where none do). A write beyond one is 400 limit_exceeded; ignored when echoed."
+    ),
+]
+OverLimits = Annotated[
+    list[str] | None,
+    Field(
+        description="Read-only: the fields (the API's names) stored beyond `limits` (set "
+        "before the cap, which admission never rechecks); each may stay or move toward its "
+        "cap, not away; ignored when echoed."
+    ),
+]
+
+
 class SLOBody(Body):
     route: str | None = None
     highPriority: bool | None = None
     priority: Priority | None = None
     pool: PoolView | None = None
     managed: Managed = None
+    limits: Limits = None
+    overLimits: OverLimits = None
 
 
 def _bound(obj: Any) -> Obj | None:

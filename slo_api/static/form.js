@@ -4,6 +4,7 @@
 import { SECTION_TITLES, KIND_LABELS, state, emit } from "./state.js";
 import { $, h, idFor, errorSlot } from "./dom.js";
 import { markManaged } from "./managed.js";
+import { markLimits } from "./limits.js";
 import { boundTypes, metricTypes, swapPolicies } from "./schema.js";
 
 export function control(tag, path, attrs, ...children) {
@@ -70,6 +71,7 @@ export function renderEditor() {
     h("button", { type: "button", class: "secondary", text: "Reload", onclick: () => emit("reload", d.route) }),
     h("button", { type: "button", class: "danger", text: "Reset to defaults…", onclick: () => emit("reset") })));
   markManaged(form, d.managed);
+  markLimits(form, d, state.original);
   $("editor-body").replaceChildren(form);
 }
 

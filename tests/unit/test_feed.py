@@ -872,3 +872,29 @@ async def test_a_revision_given_between_a_relists_turns_stands_before_the_whole_
     assert len(on_a.changes()) == 6 + 6
     await on_a.stop()
     await on_b.stop()
+
+
+async def test_a_change_of_a_namespaces_limits_reaches_its_routes_in_the_full_view() -> None:
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat", priority=7))
+    index.upsert(LLM, cr("b", "y", "other", priority=7))
+    r = await reader(feed, "full")
+    limits = feed.service.limits
+    limits.upsert(
+        "slolimits", {"metadata": {"namespace": "a", "name": "default"}, "spec": {"maxPriority": 5}}
+    )
+    await r.settle()
+    assert r.changes() == [("ADDED", "chat"), ("ADDED", "other"), ("MODIFIED", "chat")]
+    [chat] = [e for e in r.events if e.get("route") == "chat" and e["type"] == "MODIFIED"]
+    assert chat["object"]["limits"] == {"maxPriority": 5}
+    assert chat["object"]["overLimits"] == ["priority"]
+    # An SLOLimits of another name is not read: nothing changes.
+    limits.upsert(
+        "slolimits", {"metadata": {"namespace": "b", "name": "team"}, "spec": {"maxPriority": 1}}
+    )
+    index.upsert(LLM, cr("b", "y", "other", rv=2, priority=6))
+    await r.settle()
+    [other] = [e for e in r.events if e.get("route") == "other" and e["type"] == "MODIFIED"]
+    assert "limits" not in other["object"]
+    await r.stop()

@@ -244,3 +244,27 @@ async def test_a_relist_that_changes_few_crs_is_applied_in_one_step(
     assert sorted(index.routes()) == sorted(
         [f"new{i}" for i in range(1, 11)] + [f"r{i:04d}" for i in range(11, many)]
     )
+
+
+async def test_a_refresh_while_a_large_relist_is_applied_is_not_lost_in_the_swap() -> None:
+    from slo_api import index as index_module
+
+    many = 2 * index_module.REPLACE_TURN
+    index = two_kinds()
+    index.replace(LLM, [cr(f"c{i}", "10", f"r{i}") for i in range(many)], GROUP)
+    index.replace(JOB, [cr("j", "10", "job-route")], GROUP)
+    assert index.rendered("v", "job-route", lambda route: "limits-before") == "limits-before"
+    told: list[str] = []
+    index.subscribe(lambda routes: told.extend(routes))
+    listed = [cr(f"c{i}", "20", f"r{i}") for i in range(many)]
+
+    def meanwhile() -> None:
+        if not told:
+            # The namespace's limits change while the copy is built aside.
+            index.refresh({"ns"})
+
+    relist = asyncio.create_task(index.replace_in_turns(LLM, listed, GROUP))
+    assert await during(relist, index, meanwhile) >= 2
+    assert "job-route" in told
+    # The copy swapped in does not serve the render from before the refresh.
+    assert index.rendered("v", "job-route", lambda route: "limits-after") == "limits-after"

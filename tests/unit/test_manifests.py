@@ -39,6 +39,7 @@ NAMESPACE = "llm-scaler"
 NAME = "slo-api"
 USER_ID = 10001
 PORT = 8080
+READ = ["get", "list", "watch"]
 
 # Kept beside the manifests but never applied by `kubectl apply -k`: applying the example
 # Secret would overwrite the real token with a published placeholder.
@@ -50,8 +51,9 @@ NAMESPACED = CONFIG / "overlays" / "namespaced"
 # Optional kustomize Components a deployer adds from an overlay, never from config/ itself.
 OPTIONAL_COMPONENTS = {Path("monitoring"), Path("user-roles")}
 # Kustomizations applied on their own, once, and never pruned or deleted with the app: deleting
-# a CRD deletes its CRs, deleting a namespace everything in it.
-APART = {Path("crd"), Path("crd/modelpool"), Path("namespace")}
+# a CRD deletes its CRs, deleting a namespace everything in it (the opt-in guardrails: their CRD
+# holds every namespace's limits).
+APART = {Path("crd"), Path("crd/modelpool"), Path("namespace"), Path("guardrails")}
 # Argo CD's and Flux's ways of saying "never prune or delete this".
 KEPT = {
     "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
@@ -350,6 +352,12 @@ def test_each_shipped_kustomization_renders_what_it_is_for(directory: Path) -> N
         }
     elif where == Path("crd/modelpool"):
         assert names == {"modelpools.inference.llmkube.dev"}
+    elif where == Path("guardrails"):
+        assert {(o["kind"], o["metadata"]["name"]) for o in built} == {
+            ("CustomResourceDefinition", "slolimits.inference.modelsphere.dev"),
+            ("ValidatingAdmissionPolicy", "slo-limits"),
+            ("ValidatingAdmissionPolicyBinding", "slo-limits"),
+        }
     else:
         [namespace] = built
         assert namespace["kind"] == "Namespace"
@@ -405,11 +413,15 @@ def test_the_namespaced_overlay_lists_its_directory_and_the_base() -> None:
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces() -> None:
     built = _rendered(NAMESPACED)
-    assert not [o for o in built if o["kind"] == "ClusterRole"]
-    # Cluster-wide only the binding that lets it review callers (TokenReview and
+    # Cluster-wide only reading namespaces (which are labelled exempt from the guardrails: no
+    # Role can grant that) and the binding that lets it review callers (TokenReview and
     # SubjectAccessReview are not namespaced), to the built-in role.
-    [delegator] = [o for o in built if o["kind"] == "ClusterRoleBinding"]
-    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    read_namespaces = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": READ}]
+    assert [o["rules"] for o in built if o["kind"] == "ClusterRole"] == [read_namespaces]
+    assert sorted(o["roleRef"]["name"] for o in built if o["kind"] == "ClusterRoleBinding") == [
+        "slo-api:namespaces",
+        "system:auth-delegator",
+    ]
     assert not [o for o in built if o["kind"] == "Secret"]
     deployment = next(o for o in built if o["kind"] == "Deployment")
     assert deployment_problems(deployment) == []
@@ -420,7 +432,7 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces()
     }
     # What the cluster-wide deployment grants on the kinds, Events and histories, per namespace.
     granted = (
-        cluster_roles["slo-api"]["rules"]
+        [r for r in cluster_roles["slo-api"]["rules"] if r != read_namespaces[0]]
         + cluster_roles["slo-api:events"]["rules"]
         + cluster_roles["slo-api:history"]["rules"]
     )
