@@ -93,7 +93,7 @@ class Histories:
         times = timestamps(self.end)
         cumulative = dict.fromkeys(bounds, float(BASE))
         total_sum = 1000.0
-        series = {b: {} for b in bounds}
+        series: dict[float, dict[int, float]] = {b: {} for b in bounds}
         sums: dict[int, float] = {}
         for t in times:
             phase = shape.at(self.now - t)

@@ -110,7 +110,11 @@ async def _attainment(service: RunningService, route: str, window: str) -> dict[
 
 async def _refreshed(service: RunningService, *routes: str) -> None:
     for route in routes:
-        await service.eventually(lambda r=route: service.indexed(r), what=f"{route} indexed")
+
+        def indexed(route: str = route) -> bool:
+            return bool(service.indexed(route))
+
+        await service.eventually(indexed, what=f"{route} indexed")
     await service.runtime.attainment.refresh()
 
 

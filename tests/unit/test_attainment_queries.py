@@ -91,7 +91,7 @@ def _vector(*samples: tuple[dict[str, str], float]) -> dict[str, Any]:
     }
 
 
-TTFT_CR = {"ttft": {"default": {"metrics": [{"type": "p90", "threshold": 0.5}]}}}
+TTFT_CR: dict[str, Any] = {"ttft": {"default": {"metrics": [{"type": "p90", "threshold": 0.5}]}}}
 
 
 async def test_a_refresh_is_a_fixed_number_of_queries_and_failures_keep_the_last_answer() -> None:
