@@ -46,10 +46,7 @@ async def test_without_prometheus_every_route_says_not_configured(start: Started
             "kind": "llm",
             "window": "28d",
             "source": {"status": "not_configured", "reason": None, "asOf": None},
-            "selectors": {
-                "ttft": 'vllm:time_to_first_token_seconds{model_name="chat-7b"}',
-                "otps": 'vllm:request_time_per_output_token_seconds{model_name="chat-7b"}',
-            },
+            "selectors": {"ttft": '{model_name="chat-7b"}', "otps": '{model_name="chat-7b"}'},
             "objectives": [],
             "unmeasured": [
                 {

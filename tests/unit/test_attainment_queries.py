@@ -34,7 +34,7 @@ def test_a_model_with_quotes_and_braces_stays_one_label_value() -> None:
     assert selector.matchers == 'model_name="x\\"} or up{a=~\\".+"'
     shown = selector.shown()
     assert shown is not None
-    assert shown["ttft"] == 'vllm:time_to_first_token_seconds{model_name="x\\"} or up{a=~\\".+"}'
+    assert shown == {"ttft": '{model_name="x\\"} or up{a=~\\".+"}', "otps": shown["ttft"]}
     # No model: the serviceId.
     assert selector_of(llm_cr("b"), LABELS).values == (("model_name", "b"),)
 
