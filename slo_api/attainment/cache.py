@@ -193,7 +193,12 @@ class Attainment:
 
     async def _run(self) -> None:
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:
+                # A bug in a refresh must not end them: the next one may well work.
+                self.metrics.attainment_refreshes.labels("error").inc()
+                log.exception("attainment refresh failed")
             await asyncio.sleep(self.refresh_seconds)
 
     async def refresh(self) -> None:
