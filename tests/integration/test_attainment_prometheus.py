@@ -503,7 +503,9 @@ async def test_prometheus_stopped_keeps_the_last_figures_with_their_time(
             assert kept["source"]["status"] == "unavailable"
             assert "cannot reach Prometheus" in kept["source"]["reason"]
             assert kept["source"]["asOf"] == good["source"]["asOf"]
-            # The last figures, without a chart (the series needs Prometheus).
+            # The last figures, without a chart (the series needs Prometheus), at once.
+            assert all(o["series"] for o in good["objectives"])
+            assert all(o["series"] == [] for o in kept["objectives"])
             assert [{**o, "series": []} for o in kept["objectives"]] == [
                 {**o, "series": []} for o in good["objectives"]
             ]
