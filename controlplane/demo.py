@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ import httpx
 from controlplane.admin import Admin, AdminError, Obj, load_yaml_dir
 from controlplane.cluster import CONFIG, REPO, Cluster
 from controlplane.jaeger import Jaeger
+from controlplane.loadsim import Simulator, history_openmetrics, models
+from controlplane.prometheus import Prometheus
 from controlplane.server import StartError, die_with_parent
 
 SAMPLES = CONFIG / "samples"
@@ -178,6 +181,29 @@ def create_demo_identities(admin: Admin, directory: Path) -> dict[str, Path]:
     return files
 
 
+def start_metrics(directory: Path) -> tuple[Prometheus, Simulator]:
+    """Prometheus with a month of the samples' history, scraping the load simulator.
+
+    The simulator's routes: chat-7b meets its SLO, code-13b is at risk, reason-70b is
+    violated (see controlplane/loadsim.py). The model names are the samples' own, so renamed
+    copies of the samples (the browser tests') read the same series.
+    """
+    workdir = directory / "prometheus"
+    shutil.rmtree(workdir, ignore_errors=True)  # a previous run's month would overlap this one
+    simulator = Simulator(models(load_samples()))
+    prometheus = Prometheus(workdir)
+    prometheus.backfill(history_openmetrics(simulator.model_names, simulator.started))
+    target = simulator.start()
+    try:
+        prometheus.start([target])
+        prometheus.wait_for_scrape()
+    except BaseException:
+        prometheus.stop()
+        simulator.stop()
+        raise
+    return prometheus, simulator
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -188,6 +214,7 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
     cluster = Cluster()
     service: subprocess.Popen[bytes] | None = None
     jaeger: Jaeger | None = None
+    metrics: tuple[Prometheus, Simulator] | None = None
     code = 0
     try:
         trace_env: dict[str, str] = {}
@@ -198,6 +225,8 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint,
                 "OTEL_TRACES_SAMPLER_ARG": "1.0",
             }
+        metrics = start_metrics(directory)
+        prometheus = metrics[0]
         cluster.start(kubeconfig_dir=directory)
         assert cluster.admin is not None
         assert cluster.credentials is not None
@@ -210,7 +239,11 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
             creds.slo_api_kubeconfig,
             port,
             token,
-            extra_env={"SLO_API_KUBERNETES_AUTH": "true", **trace_env},
+            extra_env={
+                "SLO_API_KUBERNETES_AUTH": "true",
+                "PROMETHEUS_URL": prometheus.url,
+                **trace_env,
+            },
         )
         wait_ready(url, service)
         env_file = directory / "env"
@@ -225,12 +258,15 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
             f"  shell:      source {env_file}\n"
             '  try:        curl -H "Authorization: Bearer $SLO_API_TOKEN" $SLO_API_URL/config\n'
             f"  kubeconfig: {creds.admin_kubeconfig} (admin; e.g. kubectl get llmslo -A)\n"
+            f"  prometheus: {prometheus.url} (a month of history, then the load simulator:\n"
+            "              chat-7b meets its SLO, code-13b is at risk, reason-70b violated;\n"
+            "              sloctl attainment, or open a route on the page)\n"
             + (
                 f"  traces:     {jaeger.query_url}/search?service=slo-api (Jaeger; every request)\n"
                 if jaeger is not None
                 else "  traces:     off (make demo TRACING=1 starts Jaeger, every request traced)\n"
             )
-            + "Ctrl-C stops slo-api and the control plane.\n",
+            + "Ctrl-C stops slo-api, the control plane and Prometheus.\n",
             flush=True,
         )
         exit_code = service.wait()
@@ -247,6 +283,9 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
         if service is not None:
             stop_service(service)
         cluster.stop()
+        if metrics is not None:
+            metrics[0].stop()
+            metrics[1].stop()
         if jaeger is not None:
             jaeger.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
