@@ -28,6 +28,7 @@ from bench.report import fanout_runs, render
 from controlplane import fleet
 from controlplane.cluster import Cluster
 from controlplane.jaeger import Jaeger
+from controlplane.prometheus import Prometheus
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = (
@@ -157,8 +158,9 @@ def main() -> int:
     parser.add_argument("--create-concurrency", type=int, default=16)
     parser.add_argument(
         "--only",
-        choices=("fanout", "kubernetes", "history"),
-        help="run only this scenario (kubernetes, history: at the smallest size) and merge its "
+        choices=("fanout", "kubernetes", "history", "attainment"),
+        help="run only this scenario (kubernetes, history, attainment: at the smallest size) and "
+        "merge its "
         "figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument(
@@ -177,6 +179,8 @@ def main() -> int:
         return run_only(args, sizes[0], settings)
     if args.only == "history":
         return run_history(args, sizes[0], settings)
+    if args.only == "attainment":
+        return run_attainment(args, sizes[0], settings)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -381,6 +385,40 @@ def run_history(args: argparse.Namespace, size: int, settings: scenarios.Setting
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     entry["alone"] = True
     results["history"] = entry
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
+def run_attainment(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
+    """/config?view=attainment against its precomputed bytes, with a real Prometheus holding a
+    day of vLLM histograms for the fleet's models, merged into the results of the last run."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    prometheus = Prometheus(workdir / "prometheus")
+    log("backfilling Prometheus and starting the control plane")
+    prometheus.backfill(scenarios.vllm_openmetrics(97))
+    prometheus.start()
+    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+    try:
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
+        log(f"creating {size} LLM CRs")
+        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
+        log(f"{size} routes: /config?view=attainment against the precomputed page")
+        entry = scenarios.attainment_pages(
+            cluster.credentials.slo_api_kubeconfig, workdir, prometheus.url, size, settings
+        )
+    finally:
+        cluster.stop()
+        prometheus.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    entry["loadavg_at_start"] = machine()["loadavg_at_start"]
+    results["attainment"] = entry
     _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))

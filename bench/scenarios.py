@@ -584,3 +584,81 @@ def history_writes(kubeconfig: Path, workdir: Path, routes: int, s: Settings) ->
     finally:
         on.stop()
     return {"put": writes, "routes": routes, "ran_at": time.strftime("%Y-%m-%d")}
+
+
+# -- /config?view=attainment against the precomputed baseline --------------------------------
+
+TTFT_BOUNDS = ("0.1", "0.25", "0.5", "0.75", "1", "2.5", "5", "+Inf")
+TPOT_BOUNDS = ("0.025", "0.05", "0.1", "0.2", "0.5", "+Inf")
+
+
+def vllm_openmetrics(models: int, hours: int = 30) -> str:
+    """A day of vLLM-shaped histograms for `model-0`...: one sample an hour, each model with
+    its own share of slow requests, so every route has figures and budgets differ."""
+    now = int(time.time()) // 3600 * 3600
+    lines = []
+    for name, bounds in (
+        ("vllm:time_to_first_token_seconds", TTFT_BOUNDS),
+        ("vllm:request_time_per_output_token_seconds", TPOT_BOUNDS),
+    ):
+        lines.append(f"# TYPE {name} histogram\n")
+        for m in range(models):
+            for i, le in enumerate(bounds):
+                for h in range(hours + 1):
+                    # Per hour: 100 requests, (m % 20) of them past the fourth bound.
+                    within = 100 - m % 20 if i >= 3 else 25 * (i + 1)
+                    within = 100 if le == "+Inf" else within
+                    lines.append(
+                        f'{name}_bucket{{model_name="model-{m}",le="{le}"}} '
+                        f"{1000 + h * min(within, 100)} {now - (hours - h) * 3600}\n"
+                    )
+            for h in range(hours + 1):
+                t = now - (hours - h) * 3600
+                lines.append(f'{name}_count{{model_name="model-{m}"}} {1000 + h * 100} {t}\n')
+                lines.append(f'{name}_sum{{model_name="model-{m}"}} {100 + h * 40} {t}\n')
+    return "".join(lines) + "# EOF\n"
+
+
+def attainment_pages(
+    kubeconfig: Path, workdir: Path, prometheus_url: str, routes: int, s: Settings
+) -> dict[str, Any]:
+    """GET /config?view=attainment&sort=budget (the middle page) against the same bytes
+    served precomputed, and the memory the attainment of every route holds, per route."""
+    svc = ServiceProcess(kubeconfig, workdir, {"PROMETHEUS_URL": prometheus_url}).start()
+    try:
+        first = f"/routes/{fleet.route_name(1)}/attainment"
+        deadline = time.monotonic() + 120
+        while httpx.get(svc.url + first, headers=AUTH).json()["source"]["status"] != "ok":
+            if time.monotonic() > deadline:
+                raise RuntimeError("attainment never became ok")
+            time.sleep(0.5)
+        gc_rss = svc.rss_kib()
+        pages = pages_for(routes)
+        for page in range(1, pages["last"] + 1):
+            httpx.get(
+                f"{svc.url}/config?view=attainment&page={page}&pageSize=200", headers=AUTH
+            ).raise_for_status()
+        page = pages["middle"]
+        path = f"/config?view=attainment&sort=budget&page={page}&pageSize=200"
+        real = httpx.get(f"{svc.url}{path}", headers=AUTH)
+        real.raise_for_status()
+        held_kib = svc.rss_kib() - gc_rss
+        items = real.json()["items"]
+        assert items
+        assert items[0]["source"]["status"] == "ok"
+        key = f"{routes}-attainment"
+        httpx.put(f"{svc.url}/bench/baseline/{key}", content=real.content).raise_for_status()
+        copy = httpx.get(f"{svc.url}/bench/baseline/{key}")
+        assert copy.content == real.content
+        service = Target(svc.url, [path], headers=AUTH)
+        baseline = Target(svc.url, [f"/bench/baseline/{key}"], headers=AUTH)
+        return {
+            "page": page,
+            "bytes": len(real.content),
+            "routes": routes,
+            "bytes_per_route": round(held_kib * 1024 / routes),
+            "ran_at": time.strftime("%Y-%m-%d"),
+            **side_by_side(service, baseline, s, s.config_connections, svc.pid),
+        }
+    finally:
+        svc.stop()

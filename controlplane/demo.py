@@ -28,6 +28,7 @@ from controlplane.prometheus import Prometheus
 from controlplane.server import StartError, die_with_parent
 
 SAMPLES = CONFIG / "samples"
+SCRAPE_SECONDS = 5
 
 
 class ServiceError(RuntimeError):
@@ -191,17 +192,42 @@ def start_metrics(directory: Path) -> tuple[Prometheus, Simulator]:
     workdir = directory / "prometheus"
     shutil.rmtree(workdir, ignore_errors=True)  # a previous run's month would overlap this one
     simulator = Simulator(models(load_samples()))
-    prometheus = Prometheus(workdir)
-    prometheus.backfill(history_openmetrics(simulator.model_names, simulator.started))
     target = simulator.start()
+    prometheus = Prometheus(workdir, scrape_config=scrape_config(target))
     try:
-        prometheus.start([target])
-        prometheus.wait_for_scrape()
+        # Blocks as long as the month (not hundreds of 2-hour ones: seconds, not minutes).
+        history = history_openmetrics(simulator.model_names, simulator.started)
+        prometheus.backfill(history, max_block_duration="720h")
+        prometheus.start()
+        wait_for_scrape(prometheus.url)
     except BaseException:
         prometheus.stop()
         simulator.stop()
         raise
     return prometheus, simulator
+
+
+def scrape_config(target: str) -> str:
+    return (
+        "scrape_configs:\n"
+        "  - job_name: vllm\n"
+        f"    scrape_interval: {SCRAPE_SECONDS}s\n"
+        "    static_configs:\n"
+        f'      - targets: ["{target}"]\n'
+    )
+
+
+def wait_for_scrape(url: str, timeout: float = 30) -> None:
+    """Until Prometheus has scraped the simulator once (so the first refresh has data)."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5) as http:
+        while time.monotonic() < deadline:
+            answer = http.get(f"{url}/api/v1/query", params={"query": "up"}).json()
+            results = answer.get("data", {}).get("result", [])
+            if results and all(r["value"][1] == "1" for r in results):
+                return
+            time.sleep(0.5)
+    raise StartError(f"prometheus did not scrape the load simulator in {timeout:g}s")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -275,7 +301,7 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
         code = 1
     except KeyboardInterrupt:
         print("\nstopping slo-api and the control plane", file=sys.stderr)
-    except (StartError, ServiceError, AdminError) as exc:
+    except (StartError, ServiceError, AdminError, RuntimeError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         code = 1
     finally:

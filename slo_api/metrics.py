@@ -213,6 +213,24 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.prometheus_queries = Counter(
+            "slo_api_prometheus_queries_total",
+            "Queries sent to Prometheus for attainment, by purpose (refresh, queue, series) "
+            "and result (ok, timeout, connection, status, malformed, query, token)",
+            ["purpose", "result"],
+            registry=self.registry,
+        )
+        self.attainment_refreshes = Counter(
+            "slo_api_attainment_refreshes_total",
+            "Attainment refreshes from Prometheus, by result (ok, or why it failed)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.attainment_age = Gauge(
+            "slo_api_attainment_age_seconds",
+            "Seconds since attainment was last refreshed from Prometheus (-1: never)",
+            registry=self.registry,
+        )
 
         # The labelled children, looked up once per label set: `labels()` takes a lock and
         # builds a tuple on every call, on every request.

@@ -13,6 +13,8 @@ MAX_ROUTE = 253
 # `/routes/{route}/history` is a route's history, so no route name ends with it (route names
 # may hold `/`: without this, `a/history` would be both a route and the history of `a`).
 HISTORY = "/history"
+# Likewise `/routes/{route}/attainment`: whether the route meets its SLO.
+ATTAINMENT = "/attainment"
 # One scan in C: a generator over the characters was 1.5% of a GET's CPU.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -25,6 +27,8 @@ def route_problem(route: str) -> str | None:
         return "route names cannot contain control characters"
     if route.endswith(HISTORY):
         return f"route names cannot end with {HISTORY!r} (that path is the route's history)"
+    if route.endswith(ATTAINMENT):
+        return f"route names cannot end with {ATTAINMENT!r} (that path is the route's attainment)"
     return None
 
 

@@ -8,6 +8,9 @@ from collections.abc import Awaitable, Callable
 
 from slo_api import heap
 from slo_api.access import Authorizer
+from slo_api.attainment.cache import Attainment
+from slo_api.attainment.prometheus import Prometheus
+from slo_api.attainment.selectors import parse_route_labels
 from slo_api.auth import TokenStore
 from slo_api.events import EventRecorder
 from slo_api.feed import Feed
@@ -32,6 +35,18 @@ KubeFactory = Callable[[Settings, Metrics], Awaitable[Kube]]
 async def connect_kube(settings: Settings, metrics: Metrics) -> Kube:
     return await Kube.connect(
         settings.kubeconfig, settings.upstream_timeout_seconds, metrics.observe_upstream
+    )
+
+
+def prometheus_of(settings: Settings) -> Prometheus | None:
+    """The Prometheus attainment reads, or None when none is configured."""
+    if settings.prometheus_url is None:
+        return None
+    return Prometheus(
+        settings.prometheus_url,
+        settings.prometheus_timeout_seconds,
+        token_file=settings.prometheus_bearer_token_file,
+        ca_file=settings.prometheus_ca_file,
     )
 
 
@@ -71,6 +86,15 @@ class Runtime:
         )
         # The pages and their ETags follow the feed's change log: the one change signal.
         self.visible = VisiblePages(self.service, self.index, self.feed.log)
+        self.attainment = Attainment(
+            self.index,
+            {k.resource.plural: k.name for k in self.kinds},
+            metrics,
+            prometheus_of(settings),
+            labels=parse_route_labels(settings.prometheus_route_labels),
+            refresh_seconds=settings.attainment_refresh_seconds,
+            series_limit=settings.attainment_series_limit,
+        )
         self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
@@ -137,6 +161,7 @@ class Runtime:
             for i in self.informers
         ]
         self._freeze = asyncio.create_task(self._freeze_when_synced(), name="gc-freeze")
+        self.attainment.start()
 
     async def _freeze_when_synced(self) -> None:
         """Once every kind is first listed, freeze what is alive (the index, its caches, the
@@ -169,6 +194,7 @@ class Runtime:
         await self.feed.stop()
         await stop_tasks([*self._tasks, *([self._freeze] if self._freeze else [])])
         self._tasks, self._freeze = [], None
+        await self.attainment.stop()
         await self.recovery.close()
         await self.events.close()
         await self.history.close()

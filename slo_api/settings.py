@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from slo_api.attainment.selectors import route_labels_problem
 from slo_api.auth import token_problem
 
 SLO_GROUPS = ("inference.modelsphere.dev", "inference.x-k8s.io")
@@ -34,7 +35,7 @@ _REQUIREMENT = re.compile(
 API_SERVER_BOOKMARK_SECONDS = 60
 # Environment variables of these prefixes are slo-api's: one it does not know is most likely a
 # misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL.
-OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_")
+OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_", "PROMETHEUS_", "ATTAINMENT_")
 READ_ELSEWHERE = frozenset({"SLO_API_URL"})
 
 
@@ -260,6 +261,42 @@ class Settings(BaseSettings):
         "preStop + the grace + the drain + a few seconds (the manifests: 5 + 2 + 15 + 5 ≤ 30).",
     )
 
+    prometheus_url: str | None = Field(
+        None,
+        description="The Prometheus (or compatible: Thanos, Mimir) that holds vLLM's histograms "
+        "and the job queues' series, e.g. `http://prometheus.monitoring:9090`; unset: "
+        "attainment says `not_configured` (see "
+        "[Attainment](api.md#attainment-is-a-route-meeting-its-slo)).",
+    )
+    prometheus_bearer_token_file: Path | None = Field(
+        None,
+        description="A file holding the bearer token sent to Prometheus, re-read at each "
+        "refresh (a rotated token is picked up).",
+    )
+    prometheus_ca_file: Path | None = Field(
+        None, description="The CA bundle that verifies Prometheus's certificate (https)."
+    )
+    prometheus_timeout_seconds: float = Field(
+        10, gt=0, le=300, description="Timeout of each query to Prometheus."
+    )
+    prometheus_route_labels: str = Field(
+        'model_name="{model}"',
+        description="The label matchers selecting a route's vLLM series, comma-separated "
+        '`label="template"` pairs; the template may name `{model}` (`spec.model`, or '
+        "`spec.serviceId` when empty), `{serviceId}`, `{namespace}` and `{name}`, each value "
+        "escaped. One route can name its own with the annotation "
+        "`slo-api.modelsphere.dev/prometheus-matchers`.",
+    )
+    attainment_refresh_seconds: float = Field(
+        60, ge=5, description="How often attainment is queried from Prometheus for all routes."
+    )
+    attainment_series_limit: int = Field(
+        100,
+        ge=1,
+        description="Most series a job route's `queue.promql` may return; more is that "
+        "route's `unavailable` (the depth is the highest of them).",
+    )
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _log_level(cls, value: object) -> object:
@@ -331,6 +368,24 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(problem)
         return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("prometheus_route_labels")
+    @classmethod
+    def _route_labels(cls, value: str) -> str:
+        problem = route_labels_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value.strip()
 
     @model_validator(mode="after")
     def _needs_a_token(self) -> Settings:

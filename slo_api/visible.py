@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex
@@ -111,6 +111,15 @@ class VisiblePages:
             etag = weak_etag(body)
             cached = self._pages[key] = (body, etag)
         return cached
+
+    def routes(self, allowed: Allowed | None, kind: str | None) -> tuple[list[str], Any]:
+        """The routes `allowed` lets a caller see (None: every one), and a key that names
+        this list until a change moves it (what a view built from the list is kept by)."""
+        self._follow_changes()
+        if allowed is not None and allowed >= self._everything:
+            allowed = None
+        routes = self.index.routes(kind) if allowed is None else self._visible(allowed, kind)
+        return routes, (allowed, kind, self._at)
 
     def _line(self, allowed: Allowed) -> Callable[[str], bytes]:
         """A route's full item as this caller may see it: a member's `pool` only where the

@@ -15,6 +15,7 @@ from slo_api.access import Caller
 from slo_api.api.deps import BearerDep, CallerDep, RuntimeDep, authenticated
 from slo_api.api.lean import LeanRoute, twin_of
 from slo_api.api.schema import (
+    ATTAINMENT_RESPONSES,
     CONFIG_RESPONSES,
     DELETE_RESPONSES,
     GET_RESPONSES,
@@ -28,9 +29,9 @@ from slo_api.events import EventRecorder, regarding
 from slo_api.history import writer
 from slo_api.jsonbody import parse_object
 from slo_api.logs import request_id
-from slo_api.route_names import HISTORY, route_problem
+from slo_api.route_names import ATTAINMENT, HISTORY, route_problem
 from slo_api.runtime import Runtime
-from slo_api.service import Result, Target, parse_if_match
+from slo_api.service import Result, Target, parse_if_match, weak_etag
 
 router = APIRouter()
 audit = logging.getLogger("slo_api.audit")
@@ -48,6 +49,10 @@ IfMatch = Annotated[str | None, Header(alias="If-Match", description="A strong E
 IfNoneMatch = Annotated[str | None, Header(alias="If-None-Match")]
 Page = Annotated[int, Query(ge=1, le=10_000_000)]
 PageSize = Annotated[int, Query(alias="pageSize", ge=1, le=200)]
+Window = Annotated[
+    Literal["1h", "1d", "7d", "28d"],
+    Query(description="The window attainment is over (burn rates do not depend on it)."),
+]
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -315,6 +320,16 @@ async def get_history(
     )
 
 
+async def get_attainment(
+    route: RouteName, rt: RuntimeDep, caller: CallerDep, window: Window = "28d"
+) -> Response:
+    _check_route(route)
+    # The same rule as reading the route: a caller who may not read it sees a missing route.
+    target = await rt.access.resolve(caller, route)
+    body = await rt.attainment.with_series(route, target.kind.name, target.obj, window)
+    return _json(body)
+
+
 # Each operation of a route, under `/routes` and again under `/config` (the compatible twin).
 # `/history` first: it ends no route name (route_names reserves it), so it is matched before
 # the route itself.
@@ -327,6 +342,17 @@ _OPERATIONS: tuple[tuple[str, str, Any, str, dict[str, Any]], ...] = (
         {
             "responses": HISTORY_RESPONSES,
             "summary": "Who changed the route, when, and from what: newest first",
+        },
+    ),
+    (
+        ATTAINMENT,
+        "GET",
+        get_attainment,
+        "getRouteAttainment",
+        {
+            "responses": ATTAINMENT_RESPONSES,
+            "summary": "Is the route meeting its SLO: observed against target, error budget, "
+            "burn rates (from Prometheus)",
         },
     ),
     (
@@ -394,7 +420,18 @@ async def list_routes(
     page: Page = 1,
     page_size: PageSize = 20,
     kind: Annotated[Literal["llm", "job", "pool"] | None, Query()] = None,
-    view: Annotated[Literal["summary", "full"], Query()] = "summary",
+    view: Annotated[
+        Literal["summary", "full", "attainment"],
+        Query(description="attainment: each route's attainment over `window`, without series."),
+    ] = "summary",
+    window: Window = "28d",
+    sort: Annotated[
+        Literal["route", "budget"],
+        Query(
+            description="view=attainment: by route name, or by each route's lowest "
+            "budgetRemaining, ascending (routes without a budget last)."
+        ),
+    ] = "route",
     watch: Annotated[
         bool, Query(description="Stream changes instead of a page (see the 200 response).")
     ] = False,
@@ -414,6 +451,12 @@ async def list_routes(
 ) -> Response:
     if not rt.ready():
         raise ApiError(503, "the index is still loading")
+    if view == "attainment":
+        if watch:
+            raise ApiError(400, "view=attainment cannot be watched", field="watch")
+        return await _attainment_page(
+            rt, caller, page, page_size, kind, window, sort, if_none_match
+        )
     if watch:
         access = rt.access.stream(token, caller, kind, rt.visible.held, pools=view == "full")
         # Asked once before the stream opens, so a caller without list and watch anywhere
@@ -437,6 +480,30 @@ async def list_routes(
         held = {k: held[k] for k in (kind, "pool") if k == kind or view == "full"}
     allowed = await rt.access.visible(caller, held)
     body, etag = rt.visible.page(allowed, page, page_size, kind, view == "full")
+    if _matches(if_none_match, etag):
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag})
+
+
+async def _attainment_page(
+    rt: Runtime,
+    caller: Caller,
+    page: int,
+    page_size: int,
+    kind: str | None,
+    window: str,
+    sort: str,
+    if_none_match: str | None,
+) -> Response:
+    held = rt.visible.held()
+    if kind is not None:
+        held = {kind: held[kind]}
+    allowed = await rt.access.visible(caller, held)
+    routes, key = rt.visible.routes(allowed, kind)
+    if sort == "budget":
+        routes = rt.attainment.by_budget(routes, window, key)
+    body = rt.service.render_page(routes, page, page_size, False, rt.attainment.line(window))
+    etag = weak_etag(body)
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})

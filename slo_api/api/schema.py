@@ -98,6 +98,75 @@ class HistoryPage(BaseModel):
     pageSize: int
 
 
+class AttainmentSource(BaseModel):
+    status: str = Field(json_schema_extra={"enum": ["ok", "unavailable", "not_configured"]})
+    reason: str | None = Field(description="Why unavailable (null when ok or not_configured)")
+    asOf: str | None = Field(
+        description="RFC 3339 UTC time of the figures shown; null before the first good answer"
+    )
+
+
+class BurnRates(BaseModel):
+    """`(1 - goodRatio over w) / (1 - objective)`, whatever the window asked for; null: no
+    requests in w."""
+
+    model_config = {"populate_by_name": True}
+    m5: float | None = Field(alias="5m")
+    m30: float | None = Field(alias="30m")
+    h1: float | None = Field(alias="1h")
+    h6: float | None = Field(alias="6h")
+
+
+class AttainmentObjective(BaseModel):
+    metric: str = Field(json_schema_extra={"enum": ["ttft", "otps", "queue"]})
+    type: str = Field(description="avg, p50...p99, or maxDepth (queue)")
+    threshold: float
+    objective: float | None = Field(description="The fraction within threshold (0.9 for p90)")
+    observed: float | None
+    goodRatio: float | None
+    budgetRemaining: float | None = Field(description="Negative when overspent")
+    burnRates: BurnRates | None
+    status: str = Field(json_schema_extra={"enum": ["no_data", "violated", "at_risk", "met"]})
+    estimated: bool = Field(description="The threshold falls between bucket bounds: interpolated")
+    series: list[list[float]] | None = Field(
+        None,
+        description="GET one route only: [unix seconds, observed over the step ending then], "
+        "at most 200 points (step = window / 200, at least 5 minutes)",
+    )
+
+
+class Unmeasured(BaseModel):
+    metric: str
+    range: dict[str, Any] | None
+    reason: str
+
+
+class Selectors(BaseModel):
+    """Each metric's series of the route, as PromQL (what `sloctl rules` records)."""
+
+    ttft: str
+    otps: str
+
+
+class Attainment(BaseModel):
+    """Is the route meeting its SLO (see docs/api.md, Attainment)."""
+
+    route: str
+    kind: str
+    window: str = Field(json_schema_extra={"enum": ["1h", "1d", "7d", "28d"]})
+    source: AttainmentSource
+    selectors: Selectors | None = Field(description="null for job and pool routes")
+    objectives: list[AttainmentObjective]
+    unmeasured: list[Unmeasured]
+
+
+class AttainmentPage(BaseModel):
+    items: list[Attainment]
+    total: int
+    page: int
+    pageSize: int
+
+
 KINDS: list[type[Kind]] = [LLMKind, JobKind, PoolKind]
 MODELS: list[type[BaseModel]] = [
     *(kind.body_model for kind in KINDS),
@@ -105,6 +174,8 @@ MODELS: list[type[BaseModel]] = [
     Summary,
     ConfigPage,
     HistoryPage,
+    Attainment,
+    AttainmentPage,
 ]
 
 
@@ -162,6 +233,13 @@ HISTORY_RESPONSES = {
         "description": "The route's recorded changes, newest first (the last "
         "ROUTE_HISTORY_ENTRIES), paginated like /config",
         "content": {"application/json": {"schema": ref("HistoryPage")}},
+    },
+    **_errors(*_COMMON),
+}
+ATTAINMENT_RESPONSES = {
+    200: {
+        "description": "Whether the route meets its SLO over the window, from Prometheus",
+        "content": {"application/json": {"schema": ref("Attainment")}},
     },
     **_errors(*_COMMON),
 }

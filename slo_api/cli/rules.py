@@ -1,9 +1,10 @@
 """`sloctl rules`: a PrometheusRule recording each route's error ratios and alerting on burn.
 
 Built from what the server says of each route (`GET /config?view=attainment`): its percentile
-objectives and, in `selectors`, the label matchers that pick its vLLM series, so the rule of
-which series belong to a route lives in one place (the server). Only percentile objectives have
-an error budget: `avg` objectives and job routes get no rules (slo-api's attainment shows them).
+objectives and, in `selectors`, the vector selector of its vLLM series (`name{matchers}`), so
+the rule of which series belong to a route lives in one place (the server). Only percentile
+objectives have an error budget: `avg` objectives and job routes get no rules (slo-api's
+attainment shows them).
 
 Names follow Sloth's (`slo:sli_error:ratio_rate<window>`), each series labelled `route`,
 `metric` and `type`; the alerts are the SRE workbook's multiwindow, multi-burn-rate ones.
@@ -87,7 +88,7 @@ class Objective:
     type: str  # pXX
     threshold: float  # seconds (ttft) or tokens per second (otps)
     objective: float  # the fraction of requests that must be within the threshold
-    selector: str  # the server's label matchers, `{model_name="..."}`
+    selector: str  # the server's vector selector, `vllm:...{model_name="..."}`
     bucket: Bucket
 
 
@@ -122,12 +123,24 @@ def _le_matcher(bound: float) -> str:
     return f'le="{text}"'
 
 
-def _matchers(selector: str, *extra: str) -> str:
-    inner = selector.strip()
-    if not (inner.startswith("{") and inner.endswith("}")):
-        raise ValueError(f"not a label selector: {selector!r}")
-    parts = [p for p in (inner[1:-1].strip().rstrip(","), *extra) if p]
-    return "{" + ", ".join(parts) + "}"
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def parse_selector(selector: str, default_name: str) -> tuple[str, str]:
+    """A vector selector's metric name (the histogram's, when it names none) and its matchers.
+
+    A metric name holds no `{`, so the first one opens the matchers, whatever their values hold.
+    """
+    text = selector.strip()
+    name, brace, rest = text.partition("{")
+    name = name.strip() or default_name
+    if not brace or not rest.endswith("}") or not _METRIC_NAME.match(name):
+        raise ValueError(f"not a vector selector: {selector!r}")
+    return name, rest[:-1].strip().rstrip(",").strip()
+
+
+def _matchers(inner: str, *extra: str) -> str:
+    return "{" + ", ".join(p for p in (inner, *extra) if p) + "}"
 
 
 def objectives(items: Iterable[dict[str, Any]]) -> tuple[list[Objective], list[str]]:
@@ -156,7 +169,7 @@ def objectives(items: Iterable[dict[str, Any]]) -> tuple[list[Objective], list[s
                 skipped.append(f"{what}: no threshold or objective")
                 continue
             try:
-                _matchers(selector)
+                parse_selector(selector, TTFT_METRIC)
                 bucket = bucket_for(metric, threshold)
             except ValueError as exc:
                 skipped.append(f"{what}: {exc}")
@@ -185,8 +198,9 @@ def _escape(value: str) -> str:
 def error_ratio(obj: Objective, window: str) -> str:
     """1 - the fraction of requests within the objective's threshold over `window`."""
     bucket = obj.bucket
-    good = f"{bucket.metric}_bucket{_matchers(obj.selector, _le_matcher(bucket.bound))}"
-    total = f"{bucket.metric}_count{_matchers(obj.selector)}"
+    name, inner = parse_selector(obj.selector, bucket.metric)
+    good = f"{name}_bucket{_matchers(inner, _le_matcher(bucket.bound))}"
+    total = f"{name}_count{_matchers(inner)}"
     return f"1 - (sum(rate({good}[{window}])) / sum(rate({total}[{window}])))"
 
 

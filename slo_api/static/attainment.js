@@ -109,6 +109,14 @@ function objectiveCard(route, obj, window, index) {
     chart(route, obj, window, index));
 }
 
+// " (context 0–4096)" for a context-length range; nothing for a whole metric.
+export function rangeText(range) {
+  if (!range || typeof range !== "object") return "";
+  const low = range.contextLengthRangeLow ?? 0;
+  const high = range.contextLengthRangeHigh;
+  return " (context " + low + (high === null || high === undefined ? "+" : "–" + high) + ")";
+}
+
 function sourceNote(source) {
   if (!source || source.status === "ok") return null;
   if (source.status === "not_configured") {
@@ -142,8 +150,7 @@ export async function showAttainment(route) {
   const data = result.data || {};
   const objectives = data.objectives || [];
   const gaps = (data.unmeasured || []).map((u) => h("li", {
-    text: (METRIC_NAMES[u.metric] || u.metric) + " " + (typeof u.range === "string" ? u.range : JSON.stringify(u.range)) +
-      ": " + (u.reason || "not measurable") }));
+    text: (METRIC_NAMES[u.metric] || u.metric) + rangeText(u.range) + ": " + (u.reason || "not measurable") }));
   box.replaceChildren(
     windowPicker(route),
     sourceNote(data.source),

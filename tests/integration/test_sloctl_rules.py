@@ -32,7 +32,7 @@ def _promtool() -> str:
 
 
 def _route(route: str, model: str, threshold: float = 1.0, kind: str = "p99") -> Obj:
-    selector = '{model_name="' + model.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+    matchers = '{model_name="' + model.replace("\\", "\\\\").replace('"', '\\"') + '"}'
     return {
         "route": route,
         "kind": "llm",
@@ -53,7 +53,10 @@ def _route(route: str, model: str, threshold: float = 1.0, kind: str = "p99") ->
             }
         ],
         "unmeasured": [],
-        "selectors": {"ttft": selector, "otps": selector},
+        "selectors": {
+            "ttft": "vllm:time_to_first_token_seconds" + matchers,
+            "otps": "vllm:request_time_per_output_token_seconds" + matchers,
+        },
     }
 
 

@@ -45,9 +45,16 @@ CHAT: dict[str, Any] = {
         objective("otps", "avg", 20, observed=31.5),
     ],
     "unmeasured": [
-        {"metric": "ttft", "range": "0-4096", "reason": "vLLM's metrics carry no context length"}
+        {
+            "metric": "ttft",
+            "range": {"contextLengthRangeLow": 0, "contextLengthRangeHigh": 4096},
+            "reason": "vLLM's metrics carry no context length",
+        }
     ],
-    "selectors": {"ttft": '{model_name="chat-7b-instruct"}', "otps": '{model_name="chat-7b"}'},
+    "selectors": {
+        "ttft": 'vllm:time_to_first_token_seconds{model_name="chat-7b-instruct"}',
+        "otps": 'vllm:request_time_per_output_token_seconds{model_name="chat-7b-instruct"}',
+    },
 }  # fmt: skip
 CODE: dict[str, Any] = {
     "route": "code-13b",
@@ -61,7 +68,10 @@ CODE: dict[str, Any] = {
                   status="at_risk"),
     ],
     "unmeasured": [],
-    "selectors": {"ttft": '{model_name="code-13b"}', "otps": '{model_name="code-13b"}'},
+    "selectors": {
+        "ttft": 'vllm:time_to_first_token_seconds{model_name="code-13b"}',
+        "otps": 'vllm:request_time_per_output_token_seconds{model_name="code-13b"}',
+    },
 }  # fmt: skip
 JOB: dict[str, Any] = {
     "route": "batch-render",
@@ -107,7 +117,7 @@ def test_attainment_of_one_route_is_a_row_per_objective_and_unmeasured_target(
         ["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS"],
         ["chat-7b", "ttft", "p90<=0.8s", "~0.62s", "70.0%", "met"],
         ["chat-7b", "otps", "avg>=20/s", "31.5/s", "-", "met"],
-        ["chat-7b", "ttft", "0-4096", "-", "-", "unmeasured"],
+        ["chat-7b", "ttft", "[0,4096)", "-", "-", "unmeasured"],
     ]
 
 
@@ -290,6 +300,10 @@ def test_rules_leave_out_what_cannot_be_expressed_and_say_why(
     assert document["spec"]["groups"] == []
     assert "tiny ttft p90: 0.0005s is below the smallest bucket bound" in err
     assert "nameless ttft p99: the server named no series selector" in err
+    # A selector without a metric name reads the histogram's own.
+    assert rules.parse_selector('{a="b"}', rules.TTFT_METRIC) == (rules.TTFT_METRIC, 'a="b"')
+    with pytest.raises(ValueError, match="not a vector selector"):
+        rules.parse_selector('model_name="x"', rules.TTFT_METRIC)
     assert "no percentile objective to make rules for" in err
 
 
@@ -297,8 +311,14 @@ def test_a_selector_with_quotes_stays_one_matcher(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The server escapes CR values into its selectors; sloctl places them as they are.
-    hostile = {**CHAT, "selectors": {"ttft": r'{model_name="a\"}, x{"}', "otps": None}}
+    hostile = {
+        **CHAT,
+        "selectors": {
+            "ttft": r'vllm:time_to_first_token_seconds{model_name="a\"}, x{"}',
+            "otps": None,
+        },
+    }
     document, _ = generated(api, capsys, hostile)
     expr = document["spec"]["groups"][0]["rules"][0]["expr"]
-    assert r'_bucket{model_name="a\"}, x{", le="0.75"}[5m]' in expr
+    assert r'_seconds_bucket{model_name="a\"}, x{", le="0.75"}[5m]' in expr
     assert r'_count{model_name="a\"}, x{"}[5m]' in expr

@@ -1,0 +1,200 @@
+"""The SLO arithmetic of attainment: pure functions of histogram counts, no I/O.
+
+A histogram is its cumulative buckets, `(upper bound, observations at or below it)` sorted by
+bound and ending with `+Inf`, as Prometheus's `_bucket{le}` series give them, plus `_sum`. The
+rules are the SRE workbook's (chapter 5): an objective "pXX within T" is "XX% of requests
+within T", its error budget `1 - XX/100`, a burn rate `(1 - good ratio) / (1 - XX/100)`, and a
+route is at risk by the page rules of multiwindow, multi-burn-rate alerting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+Status = Literal["no_data", "violated", "at_risk", "met"]
+LatencyMetric = Literal["ttft", "otps"]
+
+# The windows burn rates are over, whatever the window asked for.
+BURN_WINDOWS = ("5m", "30m", "1h", "6h")
+# The page rules: (long, short, factor) -- both windows above the factor.
+PAGE_RULES = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
+# A threshold this close (relative) to a bucket bound is that bound: 0.1 written as 0.1000000001
+# must not turn an exact count into an estimate.
+SAME_BOUND = 1e-9
+PERCENTILES = {"p50": 0.5, "p80": 0.8, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class Histogram:
+    buckets: tuple[tuple[float, float], ...]
+    sum: float | None = None
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+
+def same_bound(value: float, bound: float) -> bool:
+    if math.isinf(bound):
+        return value == bound
+    return value == bound or abs(value - bound) <= SAME_BOUND * abs(bound)
+
+
+def fraction_within(histogram: Histogram, limit: float) -> tuple[float | None, bool]:
+    """The fraction of observations at or below `limit`, and whether it is estimated (the
+    limit falls inside a bucket: linear inside it, as histogram_quantile assumes). None when
+    there are no observations."""
+    total = histogram.count
+    if total <= 0:
+        return None, False
+    if math.isinf(limit):
+        return 1.0, False
+    lower, below = 0.0, 0.0
+    for bound, count in histogram.buckets:
+        if same_bound(limit, bound):
+            return min(count / total, 1.0), False
+        if limit < bound:
+            if math.isinf(bound):
+                # Above the highest finite bound nothing is known: only what is below it
+                # counts, an estimate unless nothing is above it.
+                return below / total, count > below
+            share = (limit - lower) / (bound - lower) if bound > lower else 1.0
+            return min((below + (count - below) * max(share, 0.0)) / total, 1.0), True
+        lower, below = bound, count
+    return 1.0, False
+
+
+def quantile(histogram: Histogram, q: float) -> float | None:
+    """The q-quantile as Prometheus's histogram_quantile estimates it: linear inside the
+    bucket that holds it, the lowest bucket from 0, the highest finite bound when it lies in
+    `+Inf`'s bucket. None when there are no observations."""
+    total = histogram.count
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for i, (bound, count) in enumerate(histogram.buckets):
+        if count >= rank and count > below:
+            if math.isinf(bound):
+                return histogram.buckets[i - 1][0] if i > 0 else None
+            if i == 0 and bound <= 0:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return histogram.buckets[-2][0] if len(histogram.buckets) > 1 else None
+
+
+def burn_rate(good_ratio: float | None, objective: float) -> float | None:
+    if good_ratio is None:
+        return None
+    return (1 - good_ratio) / (1 - objective)
+
+
+def at_risk(burn_rates: Mapping[str, float | None]) -> bool:
+    def above(window: str, factor: float) -> bool:
+        rate = burn_rates.get(window)
+        return rate is not None and rate > factor
+
+    return any(above(long, f) and above(short, f) for long, short, f in PAGE_RULES)
+
+
+def latency_objective(
+    metric: LatencyMetric,
+    type_: str,
+    threshold: float,
+    window: Histogram | None,
+    burn_windows: Mapping[str, Histogram | None],
+) -> Obj:
+    """One objective of `ttft.default` or `otps.default` over the window.
+
+    TTFT is measured in seconds per request; OTPS from each request's time per output token
+    (tokens per second = 1 / it), so "OTPS at least T" is "time per output token at most 1/T".
+    """
+    answer: Obj = {
+        "metric": metric,
+        "type": type_,
+        "threshold": threshold,
+        "objective": None,
+        "observed": None,
+        "goodRatio": None,
+        "budgetRemaining": None,
+        "burnRates": None,
+        "status": "no_data",
+        "estimated": False,
+    }
+    if type_ == "avg":
+        return {**answer, **_average(metric, threshold, window)}
+    q = PERCENTILES[type_]
+    answer["objective"] = q
+    # OTPS at least T is time per output token at most 1/T (T = 0: every request is within).
+    limit = threshold if metric == "ttft" else (1 / threshold if threshold > 0 else math.inf)
+    rates: dict[str, float | None] = {}
+    for name in BURN_WINDOWS:
+        histogram = burn_windows.get(name)
+        ratio = fraction_within(histogram, limit)[0] if histogram is not None else None
+        rates[name] = burn_rate(ratio, q)
+    answer["burnRates"] = rates
+    if window is None or window.count <= 0:
+        return answer
+    good, estimated = fraction_within(window, limit)
+    assert good is not None
+    observed = quantile(window, q)
+    if metric == "otps" and observed is not None:
+        observed = 1 / observed if observed > 0 else None
+    answer.update(
+        observed=observed,
+        goodRatio=good,
+        budgetRemaining=1 - (1 - good) / (1 - q),
+        estimated=estimated,
+    )
+    if good < q:
+        answer["status"] = "violated"
+    elif at_risk(rates):
+        answer["status"] = "at_risk"
+    else:
+        answer["status"] = "met"
+    return answer
+
+
+def _average(metric: LatencyMetric, threshold: float, window: Histogram | None) -> Obj:
+    """`avg`: sum / count over the window (OTPS: count / sum of time per output token)."""
+    if window is None or window.count <= 0 or window.sum is None:
+        return {}
+    if metric == "ttft":
+        observed: float | None = window.sum / window.count
+        met = observed is not None and observed <= threshold
+    else:
+        observed = window.count / window.sum if window.sum > 0 else None
+        met = observed is None or observed >= threshold  # no time at all: infinitely fast
+    return {"observed": observed, "status": "met" if met else "violated"}
+
+
+def queue_objective(max_depth: int, now: float | None, good_steps: float | None) -> Obj:
+    """A job route's one objective: the queue's depth now against `maxDepth`, and the share
+    of the window's one-minute steps at or below it."""
+    if now is None:
+        status: Status = "no_data"
+    else:
+        status = "violated" if now > max_depth else "met"
+    return {
+        "metric": "queue",
+        "type": "maxDepth",
+        "threshold": max_depth,
+        "objective": None,
+        "observed": now,
+        "goodRatio": good_steps,
+        "budgetRemaining": None,
+        "burnRates": None,
+        "status": status,
+        "estimated": False,
+    }
+
+
+def lowest_budget(objectives: Sequence[Obj]) -> float | None:
+    """What `sort=budget` orders routes by: the lowest budget remaining among the objectives."""
+    budgets = [o["budgetRemaining"] for o in objectives if o.get("budgetRemaining") is not None]
+    return min(budgets) if budgets else None

@@ -1,0 +1,576 @@
+"""Attainment for every route, from a snapshot of Prometheus refreshed every
+`ATTAINMENT_REFRESH_SECONDS` by a fixed number of queries (see selectors), never a query per
+route per request. Requests only read the snapshot: nothing else waits for Prometheus, and
+when it fails the last good snapshot stays, with its time, beside the reason.
+
+A route's `series` (for its chart) is one query on demand, kept for a refresh interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from slo_api.attainment import selectors
+from slo_api.attainment.arithmetic import (
+    BURN_WINDOWS,
+    PERCENTILES,
+    Histogram,
+    LatencyMetric,
+    latency_objective,
+    lowest_budget,
+    queue_objective,
+)
+from slo_api.attainment.prometheus import Prometheus, PrometheusError, Sample
+from slo_api.attainment.selectors import Selector, selector_of
+from slo_api.bounded import BoundedDict
+from slo_api.index import CRIndex, resource_version
+from slo_api.metrics import Metrics
+
+log = logging.getLogger("slo_api.attainment")
+
+Obj = dict[str, Any]
+# The windows an answer is over (`?window=`).
+WINDOWS = ("1h", "1d", "7d", "28d")
+DEFAULT_WINDOW = "28d"
+SECONDS = {
+    "5m": 300,
+    "30m": 1800,
+    "1h": 3600,
+    "6h": 21600,
+    "1d": 86400,
+    "7d": 604800,
+    "28d": 2419200,
+}
+# Every window queried: the answers' and the burn rates'.
+QUERIED = ("5m", "30m", "1h", "6h", "1d", "7d", "28d")
+SERIES_POINTS = 200
+MIN_STEP = 300
+# Queries in flight at once, so a refresh does not flood Prometheus.
+CONCURRENCY = 4
+SERIES_CACHED = 1024
+UNMEASURED_RANGE = "vLLM's histograms carry no context length: a range's targets cannot be measured"
+
+
+def rfc3339(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A job route's queue as last read: its depth now and each window's share of good steps."""
+
+    at: float
+    now: float | None
+    good: Mapping[str, float | None]
+
+
+@dataclass
+class QueueReading:
+    last: Queue | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    # window -> metric -> the template's label values -> histogram
+    grouped: Mapping[str, Mapping[str, Mapping[tuple[str, ...], Histogram]]]
+    # window -> metric -> a route's own matchers -> histogram
+    own: Mapping[str, Mapping[str, Mapping[str, Histogram]]]
+
+
+@dataclass
+class _Line:
+    version: str
+    body: bytes
+    budget: float | None
+
+
+@dataclass
+class _Lines:
+    generation: int = -1
+    by_window: dict[str, dict[str, _Line]] = field(default_factory=dict)
+
+
+def histograms(
+    buckets: Iterable[Sample], sums: Iterable[Sample], key: Callable[[Mapping[str, str]], Any]
+) -> dict[Any, Histogram]:
+    """Histograms from `sum by (..., le)` samples, by `key` of their labels; made cumulative
+    as histogram_quantile does (an extrapolated increase may dip below a lower bucket's)."""
+    bounds: dict[Any, list[tuple[float, float]]] = {}
+    for sample in buckets:
+        le = sample.labels.get("le")
+        if le is None:
+            continue
+        try:
+            bound = float(le)
+        except ValueError:
+            continue
+        bounds.setdefault(key(sample.labels), []).append((bound, max(sample.value, 0.0)))
+    totals = {key(s.labels): s.value for s in sums}
+    out = {}
+    for k, pairs in bounds.items():
+        pairs.sort()
+        if not pairs or not math.isinf(pairs[-1][0]):
+            continue
+        cumulative, highest = [], 0.0
+        for bound, count in pairs:
+            highest = max(highest, count)
+            cumulative.append((bound, highest))
+        out[k] = Histogram(tuple(cumulative), totals.get(k))
+    return out
+
+
+class Attainment:
+    def __init__(
+        self,
+        index: CRIndex,
+        kinds: Mapping[str, str],
+        metrics: Metrics,
+        prometheus: Prometheus | None,
+        *,
+        labels: Sequence[tuple[str, str]],
+        refresh_seconds: float,
+        series_limit: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`kinds`: plural -> kind name of each kind of route."""
+        self.index = index
+        self.kinds = kinds
+        self.plurals = {name: plural for plural, name in kinds.items()}
+        self.metrics = metrics
+        self.prometheus = prometheus
+        self.labels = tuple(labels)
+        self.label_names = tuple(label for label, _ in labels)
+        self.refresh_seconds = refresh_seconds
+        self.series_limit = series_limit
+        self.clock = clock
+        self.snapshot: Snapshot | None = None
+        self.reason: str | None = None  # why the last refresh failed, None once it worked
+        self.generation = 0  # moves with every refresh that changes what answers say
+        self.queues: dict[tuple[str, int], QueueReading] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lines = _Lines()
+        self._series: BoundedDict[tuple[str, str, str, int], list[Any]] = BoundedDict(SERIES_CACHED)
+        self._limit = asyncio.Semaphore(CONCURRENCY)
+        self._orders: BoundedDict[tuple[Any, ...], list[str]] = BoundedDict(64)
+        if prometheus is None:
+            metrics.attainment_age.set(-1)
+        else:
+            metrics.attainment_age.set_function(self._age)
+
+    @property
+    def configured(self) -> bool:
+        return self.prometheus is not None
+
+    def _age(self) -> float:
+        return -1.0 if self.snapshot is None else max(self.clock() - self.snapshot.at, 0.0)
+
+    # -- the refresh -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.prometheus is not None:
+            self._task = asyncio.create_task(self._run(), name="attainment")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.prometheus is not None:
+            await self.prometheus.close()
+
+    async def _run(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_seconds)
+
+    async def refresh(self) -> None:
+        """Query every route's figures once; a failure keeps the last good snapshot."""
+        assert self.prometheus is not None
+        at = float(int(self.clock()))
+        try:
+            snapshot = await self._query_all(at)
+        except PrometheusError as exc:
+            self.metrics.attainment_refreshes.labels(exc.cause).inc()
+            log.warning("attainment unavailable: %s", exc.reason, extra={"cause": exc.cause})
+            if self.reason != exc.reason:
+                self.generation += 1
+            self.reason = exc.reason
+            return
+        except Exception:
+            self.metrics.attainment_refreshes.labels("error").inc()
+            log.exception("attainment refresh failed")
+            self.reason = "the refresh failed (see slo-api's log)"
+            self.generation += 1
+            return
+        await self._read_queues(at)
+        self.snapshot, self.reason = snapshot, None
+        self.generation += 1
+        self.metrics.attainment_refreshes.labels("ok").inc()
+
+    async def _query(self, purpose: str, expr: str, at: float) -> list[Sample]:
+        assert self.prometheus is not None
+        async with self._limit:
+            try:
+                samples = await self.prometheus.query(expr, at)
+            except PrometheusError as exc:
+                self.metrics.prometheus_queries.labels(purpose, exc.cause).inc()
+                raise
+        self.metrics.prometheus_queries.labels(purpose, "ok").inc()
+        return samples
+
+    def _own_matchers(self) -> list[str]:
+        """The matchers of every LLM route that names its own, once each."""
+        plural = self.plurals.get("llm")
+        if plural is None:
+            return []
+        own = set()
+        for obj in self.index.objects(plural):
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if selectors.ANNOTATION in annotations:
+                matchers = selector_of(obj, self.labels).matchers
+                if matchers is not None:
+                    own.add(matchers)
+        return sorted(own)
+
+    async def _query_all(self, at: float) -> Snapshot:
+        own = self._own_matchers()
+        names = self.label_names
+
+        def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
+            return tuple(labels.get(n, "") for n in names)
+
+        def by_tag(labels: Mapping[str, str]) -> str:
+            tag = labels.get(selectors.TAG, "")
+            return own[int(tag)] if tag.isdigit() and int(tag) < len(own) else ""
+
+        async def one(window: str, metric: str, expr: tuple[str, str], key: Any) -> Any:
+            buckets_q, sums_q = expr
+            want_sums = window in WINDOWS
+            buckets, sums = await asyncio.gather(
+                self._query("refresh", buckets_q, at),
+                self._query("refresh", sums_q, at) if want_sums else _nothing(),
+            )
+            return histograms(buckets, sums, key)
+
+        jobs: list[tuple[str, str, bool, Awaitable[Any]]] = []
+        for window in QUERIED:
+            for metric in selectors.METRICS:
+                jobs.append(
+                    (
+                        window,
+                        metric,
+                        False,
+                        one(window, metric, selectors.grouped(metric, names, window), by_values),
+                    )
+                )
+                if own:
+                    jobs.append(
+                        (
+                            window,
+                            metric,
+                            True,
+                            one(window, metric, selectors.own(metric, own, window), by_tag),
+                        )
+                    )
+        results = await _all([job for *_, job in jobs])
+        grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
+        owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
+        for (window, metric, is_own, _), result in zip(jobs, results, strict=True):
+            (owned if is_own else grouped).setdefault(window, {})[metric] = result
+        return Snapshot(at, grouped, owned)
+
+    async def _read_queues(self, at: float) -> None:
+        """Each job route's queue (each distinct query and maxDepth once); a failing query
+        is that route's problem, not attainment's."""
+        plural = self.plurals.get("job")
+        wanted: set[tuple[str, int]] = set()
+        if plural is not None:
+            for obj in self.index.objects(plural):
+                queue = (obj.get("spec") or {}).get("queue") or {}
+                promql, depth = queue.get("promql"), queue.get("maxDepth") or 0
+                if (
+                    isinstance(promql, str)
+                    and promql.strip()
+                    and isinstance(depth, int)
+                    and depth > 0
+                ):
+                    wanted.add((promql, depth))
+        readings = {key: self.queues.get(key) or QueueReading() for key in wanted}
+        await asyncio.gather(
+            *(self._read_queue(key, reading, at) for key, reading in readings.items())
+        )
+        self.queues = readings
+
+    async def _read_queue(self, key: tuple[str, int], reading: QueueReading, at: float) -> None:
+        promql, depth = key
+        try:
+            counted = await self._query("queue", selectors.queue_series_count(promql), at)
+            count = counted[0].value if counted else 0
+            if count > self.series_limit:
+                raise PrometheusError(
+                    f"queue.promql returns {count:g} series, more than "
+                    f"ATTAINMENT_SERIES_LIMIT ({self.series_limit})",
+                    "query",
+                )
+            now, *good = await asyncio.gather(
+                self._query("queue", selectors.queue_depth(promql), at),
+                *(
+                    self._query("queue", selectors.queue_good_steps(promql, depth, w), at)
+                    for w in WINDOWS
+                ),
+            )
+        except PrometheusError as exc:
+            reading.problem = f"queue.promql: {exc.reason}"
+            return
+        reading.last = Queue(
+            at,
+            now[0].value if now else None,
+            {w: (g[0].value if g else None) for w, g in zip(WINDOWS, good, strict=True)},
+        )
+        reading.problem = None
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def source(self) -> Obj:
+        if self.prometheus is None:
+            return {"status": "not_configured", "reason": None, "asOf": None}
+        snapshot = self.snapshot
+        if snapshot is None:
+            return {
+                "status": "unavailable",
+                "reason": self.reason or "not queried yet",
+                "asOf": None,
+            }
+        return {
+            "status": "unavailable" if self.reason else "ok",
+            "reason": self.reason,
+            "asOf": rfc3339(snapshot.at),
+        }
+
+    def answer(self, route: str, kind: str, obj: Obj, window: str) -> Obj:
+        """A route's attainment over `window`, without `series`."""
+        source = self.source()
+        objectives: list[Obj] = []
+        unmeasured: list[Obj] = []
+        shown: dict[str, str] | None = None
+        spec = obj.get("spec") or {}
+        if kind == "llm":
+            selector = selector_of(obj, self.labels)
+            shown = selector.shown()
+            unmeasured = _unmeasured_ranges(spec)
+            if selector.problem is not None and source["status"] != "not_configured":
+                source = {**source, "status": "unavailable", "reason": selector.problem}
+            elif self.snapshot is not None and selector.problem is None:
+                objectives = self._latency(selector, spec, window)
+        elif kind == "job":
+            queue = spec.get("queue") or {}
+            depth = queue.get("maxDepth") or 0
+            promql = queue.get("promql")
+            if not isinstance(depth, int) or depth <= 0:
+                unmeasured = [
+                    {
+                        "metric": "queue",
+                        "range": None,
+                        "reason": "queue.maxDepth is 0: not configured",
+                    }
+                ]
+            elif not isinstance(promql, str) or not promql.strip():
+                unmeasured = [{"metric": "queue", "range": None, "reason": "no queue.promql"}]
+            elif self.snapshot is not None:
+                reading = self.queues.get((promql, depth))
+                if reading is not None and reading.problem is not None:
+                    source = {**source, "status": "unavailable", "reason": reading.problem}
+                if reading is not None and reading.last is not None:
+                    last = reading.last
+                    if last.at != self.snapshot.at:
+                        source = {**source, "asOf": rfc3339(last.at)}
+                    objectives = [queue_objective(depth, last.now, last.good.get(window))]
+                elif reading is None:
+                    source = {**source, "status": "unavailable", "reason": "not queried yet"}
+        return {
+            "route": route,
+            "kind": kind,
+            "window": window,
+            "source": source,
+            "selectors": shown,
+            "objectives": objectives,
+            "unmeasured": unmeasured,
+        }
+
+    def _latency(self, selector: Selector, spec: Obj, window: str) -> list[Obj]:
+        snapshot = self.snapshot
+        assert snapshot is not None
+
+        def histogram(w: str, metric: str) -> Histogram | None:
+            if selector.own is not None:
+                return snapshot.own.get(w, {}).get(metric, {}).get(selector.own)
+            values = tuple(v for _, v in selector.values)
+            return snapshot.grouped.get(w, {}).get(metric, {}).get(values)
+
+        out = []
+        metrics: tuple[LatencyMetric, ...] = ("ttft", "otps")
+        for metric in metrics:
+            section = spec.get(metric) or {}
+            for m in (section.get("default") or {}).get("metrics") or []:
+                type_, threshold = m.get("type"), m.get("threshold")
+                if type_ not in PERCENTILES and type_ != "avg":
+                    continue
+                if not isinstance(threshold, int | float):
+                    continue
+                out.append(
+                    latency_objective(
+                        metric,
+                        type_,
+                        threshold,
+                        histogram(window, metric),
+                        {w: histogram(w, metric) for w in BURN_WINDOWS},
+                    )
+                )
+        return out
+
+    # -- one route, with series ------------------------------------------------------------
+
+    async def with_series(self, route: str, kind: str, obj: Obj, window: str) -> Obj:
+        answer = self.answer(route, kind, obj, window)
+        objectives = answer["objectives"]
+        if not objectives:
+            return answer
+        points = await self._series_of(route, kind, obj, window, objectives)
+        answer["objectives"] = [
+            {**o, "series": points[i] if i < len(points) else []} for i, o in enumerate(objectives)
+        ]
+        return answer
+
+    async def _series_of(
+        self, route: str, kind: str, obj: Obj, window: str, objectives: list[Obj]
+    ) -> list[list[list[float]]]:
+        snapshot = self.snapshot
+        assert snapshot is not None
+        assert self.prometheus is not None
+        key = (route, resource_version(obj), window, self.generation)
+        cached = self._series.get(key)
+        if cached is not None:
+            return cached
+        span = SECONDS[window]
+        step = max(span // SERIES_POINTS, MIN_STEP)
+        step_text = f"{step}s"
+        if kind == "job":
+            queue = (obj.get("spec") or {}).get("queue") or {}
+            queries = [selectors.queue_depth(str(queue.get("promql")))]
+        else:
+            matchers = selector_of(obj, self.labels).matchers
+            assert matchers is not None
+            queries = [
+                selectors.series(o["metric"], o["type"], o["objective"], matchers, step_text)
+                for o in objectives
+            ]
+        end = snapshot.at
+        start = end - span + step
+        try:
+            async with self._limit:
+                result = await self.prometheus.query_range(
+                    selectors.tagged(queries), start, end, step
+                )
+        except PrometheusError as exc:
+            self.metrics.prometheus_queries.labels("series", exc.cause).inc()
+            log.warning("series of %s unavailable: %s", route, exc.reason)
+            return []
+        self.metrics.prometheus_queries.labels("series", "ok").inc()
+        points: list[list[list[float]]] = [[] for _ in queries]
+        for series in result:
+            tag = series.labels.get(selectors.TAG, "")
+            if tag.isdigit() and int(tag) < len(points):
+                points[int(tag)] = [[t, v] for t, v in series.points][-SERIES_POINTS:]
+        self._series[key] = points
+        return points
+
+    # -- many routes -----------------------------------------------------------------------
+
+    def _line(self, route: str, window: str) -> _Line:
+        lines = self._lines
+        if lines.generation != self.generation:
+            lines.generation, lines.by_window = self.generation, {}
+        cache = lines.by_window.setdefault(window, {})
+        claims = self.index.claims(route)
+        version = ",".join(resource_version(obj) for _, obj in claims)
+        line = cache.get(route)
+        if line is not None and line.version == version:
+            return line
+        if len(claims) == 1:
+            plural, obj = claims[0]
+            answer = self.answer(route, self.kinds[plural], obj, window)
+            budget = lowest_budget(answer["objectives"])
+        else:
+            answer = {
+                "route": route,
+                "ambiguous": True,
+                "kinds": sorted({self.kinds[p] for p, _ in claims}),
+                "count": len(claims),
+            }
+            budget = None
+        line = cache[route] = _Line(version, orjson.dumps(answer), budget)
+        return line
+
+    def line(self, window: str) -> Callable[[str], bytes]:
+        return lambda route: self._line(route, window).body
+
+    def by_budget(self, routes: list[str], window: str, key: Any) -> list[str]:
+        """`routes` by their lowest budget remaining, ascending; those without one last
+        (by name). `key` names the list (it is the same list while `key` is)."""
+        order_key = (key, window, self.generation)
+        order = self._orders.get(order_key)
+        if order is None:
+            budgets = [(self._line(r, window).budget, r) for r in routes]
+            order = [
+                r
+                for _, r in sorted(
+                    budgets,
+                    key=lambda br: (br[0] is None, br[0] if br[0] is not None else 0.0, br[1]),
+                )
+            ]
+            self._orders[order_key] = order
+        return order
+
+
+def _unmeasured_ranges(spec: Obj) -> list[Obj]:
+    out = []
+    for metric in ("ttft", "otps"):
+        for r in (spec.get(metric) or {}).get("ranges") or []:
+            out.append(
+                {
+                    "metric": metric,
+                    "range": {
+                        "contextLengthRangeLow": r.get("contextLengthRangeLow"),
+                        "contextLengthRangeHigh": r.get("contextLengthRangeHigh"),
+                    },
+                    "reason": UNMEASURED_RANGE,
+                }
+            )
+    return out
+
+
+async def _nothing() -> list[Sample]:
+    return []
+
+
+async def _all(jobs: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Every job's result; the first failure fails them all (the rest are cancelled)."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,223 @@
+"""Which Prometheus series are a route's, and every PromQL text slo-api sends: the one place
+values from CRs enter a query, each escaped.
+
+A route's series are chosen by label matchers: by default `PROMETHEUS_ROUTE_LABELS`'s template
+(`model_name="{model}"`) filled from the CR, or the CR's own in the annotation
+`slo-api.modelsphere.dev/prometheus-matchers`. The queries for all routes group by the
+template's labels (`sum by (model_name, le)`), so their number does not grow with the routes;
+the routes that name their own matchers are joined into one more query per window and metric,
+each tagged with a number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ANNOTATION = "slo-api.modelsphere.dev/prometheus-matchers"
+METRICS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "otps": "vllm:request_time_per_output_token_seconds",
+}
+# Tags each route of the joined query of routes with their own matchers.
+TAG = "slo_api_route"
+PLACEHOLDERS = ("model", "serviceId", "namespace", "name")
+_LABEL = r"[a-zA-Z_][a-zA-Z0-9_]*"
+_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_PAIR = re.compile(rf"\s*({_LABEL})\s*=\s*({_STRING})\s*")
+_MATCHER = re.compile(rf"\s*({_LABEL})\s*(=~|!~|!=|=)\s*({_STRING})\s*")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+MAX_MATCHERS = 16
+
+
+def escape(value: str) -> str:
+    """`value` as a PromQL string literal: nothing in it can end the string."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _split(text: str) -> list[str]:
+    """Comma-separated items, commas inside strings kept."""
+    items, current, quoted, escaped = [], "", False, False
+    for ch in text:
+        if quoted:
+            current += ch
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+        elif ch == ",":
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+            quoted = ch == '"'
+    items.append(current)
+    return items
+
+
+def parse_route_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """`PROMETHEUS_ROUTE_LABELS` as (label, template) pairs; ValueError says what is wrong."""
+    pairs: list[tuple[str, str]] = []
+    for item in _split(text.strip()):
+        match = _PAIR.fullmatch(item)
+        if match is None:
+            raise ValueError(f'{item.strip()!r} is not label="template"')
+        template = json.loads(match.group(2))
+        for name in _PLACEHOLDER.findall(template):
+            if name not in PLACEHOLDERS:
+                raise ValueError(f"{{{name}}} is not a placeholder (use {', '.join(PLACEHOLDERS)})")
+        pairs.append((match.group(1), template))
+    labels = [label for label, _ in pairs]
+    if len(set(labels)) != len(labels) or "le" in labels or TAG in labels:
+        raise ValueError("each label once, and neither le nor " + TAG)
+    return tuple(pairs)
+
+
+def route_labels_problem(text: str) -> str | None:
+    try:
+        parse_route_labels(text)
+    except ValueError as exc:
+        return f"PROMETHEUS_ROUTE_LABELS: {exc}"
+    return None
+
+
+def parse_matchers(text: str) -> str:
+    """An annotation's label matchers (`{a="b", c=~"d|e"}`, braces optional), written again
+    from what was parsed (each value re-escaped); ValueError says what is wrong."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    matchers = []
+    for item in _split(body):
+        match = _MATCHER.fullmatch(item)
+        if match is None:
+            raise ValueError(f'{item.strip()!r} is not a label matcher such as label="value"')
+        label, op, value = match.group(1), match.group(2), json.loads(match.group(3))
+        if label in ("__name__", "le", TAG):
+            raise ValueError(f"{label} cannot be matched: the metric and its buckets are fixed")
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+        matchers.append(f"{label}{op}{escape(value)}")
+    if not matchers or len(matchers) > MAX_MATCHERS:
+        raise ValueError(f"name 1 to {MAX_MATCHERS} label matchers")
+    return ",".join(matchers)
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A route's series: the template's (label, value) pairs, or the CR's own matchers.
+    `problem` says why the route has none (a bad annotation)."""
+
+    values: tuple[tuple[str, str], ...] = ()
+    own: str | None = None
+    problem: str | None = None
+
+    @property
+    def matchers(self) -> str | None:
+        """The label matchers inside the braces, each value escaped; None with a problem."""
+        if self.problem is not None:
+            return None
+        if self.own is not None:
+            return self.own
+        return ",".join(f"{label}={escape(value)}" for label, value in self.values)
+
+    def shown(self) -> dict[str, str] | None:
+        """The answer's `selectors`: each metric's series, as PromQL (what `sloctl rules`
+        records)."""
+        matchers = self.matchers
+        if matchers is None:
+            return None
+        return {metric: f"{name}{{{matchers}}}" for metric, name in METRICS.items()}
+
+
+def selector_of(obj: Mapping[str, Any], labels: Sequence[tuple[str, str]]) -> Selector:
+    """The one rule for which series are an LLM route's (its queries and its `selectors`)."""
+    meta = obj.get("metadata") or {}
+    annotation = (meta.get("annotations") or {}).get(ANNOTATION)
+    if annotation is not None:
+        try:
+            return Selector(own=parse_matchers(str(annotation)))
+        except ValueError as exc:
+            return Selector(problem=f"annotation {ANNOTATION}: {exc}")
+    spec = obj.get("spec") or {}
+    service = str(spec.get("serviceId") or "")
+    fields = {
+        "model": str(spec.get("model") or "") or service,
+        "serviceId": service,
+        "namespace": str(meta.get("namespace") or ""),
+        "name": str(meta.get("name") or ""),
+    }
+    return Selector(
+        values=tuple(
+            (label, _PLACEHOLDER.sub(lambda m: fields[m.group(1)], template))
+            for label, template in labels
+        )
+    )
+
+
+# -- queries -------------------------------------------------------------------------------
+
+
+def grouped(metric: str, labels: Sequence[str], window: str) -> tuple[str, str]:
+    """Every route's buckets, and sums, over `window`, by the template's labels."""
+    by = ", ".join(labels)
+    name = METRICS[metric]
+    return (
+        f"sum by ({by}, le) (increase({name}_bucket[{window}]))",
+        f"sum by ({by}) (increase({name}_sum[{window}]))",
+    )
+
+
+def own(metric: str, routes: Sequence[str], window: str) -> tuple[str, str]:
+    """The routes with their own matchers (`routes[i]` the matchers of tag `i`), joined."""
+    name = METRICS[metric]
+
+    def joined(suffix: str, by: str) -> str:
+        return " or ".join(
+            f"label_replace(sum by ({by}) (increase({name}{suffix}{{{m}}}[{window}])), "
+            f'"{TAG}", "{i}", "", "")'
+            for i, m in enumerate(routes)
+        )
+
+    return joined("_bucket", "le"), joined("_sum", "")
+
+
+def series(metric: str, type_: str, threshold_q: float | None, matchers: str, step: str) -> str:
+    """One objective's observed value over each `step`: the percentile, or sum / count."""
+    name = METRICS[metric]
+    if type_ == "avg":
+        sums = f"sum(increase({name}_sum{{{matchers}}}[{step}]))"
+        counts = f"sum(increase({name}_count{{{matchers}}}[{step}]))"
+        return f"{counts} / {sums}" if metric == "otps" else f"{sums} / {counts}"
+    value = (
+        f"histogram_quantile({threshold_q}, "
+        f"sum by (le) (increase({name}_bucket{{{matchers}}}[{step}])))"
+    )
+    return f"1 / {value}" if metric == "otps" else value
+
+
+def tagged(queries: Sequence[str]) -> str:
+    """Several queries in one, each answer tagged with its place."""
+    return " or ".join(f'label_replace({q}, "{TAG}", "{i}", "", "")' for i, q in enumerate(queries))
+
+
+def queue_depth(promql: str) -> str:
+    """A job route's depth: the highest of what its query returns."""
+    return f"max(({promql}))"
+
+
+def queue_good_steps(promql: str, max_depth: int, window: str) -> str:
+    """The share of the window's one-minute steps whose depth is at most `maxDepth`."""
+    return f"avg_over_time((max(({promql})) <= bool {int(max_depth)})[{window}:1m])"
+
+
+def queue_series_count(promql: str) -> str:
+    return f"count(({promql}))"

@@ -1,0 +1,119 @@
+"""The attainment arithmetic, apart from any I/O: counts in, the documented figures out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slo_api.attainment.arithmetic import (
+    Histogram,
+    at_risk,
+    fraction_within,
+    latency_objective,
+    lowest_budget,
+    quantile,
+    queue_objective,
+)
+
+INF = math.inf
+# 100 requests: 10 at or below 0.1 s, 50 at or below 0.25, 90 at or below 0.5, all below 1.
+TTFT = Histogram(((0.1, 10.0), (0.25, 50.0), (0.5, 90.0), (1.0, 100.0), (INF, 100.0)), 30.0)
+
+
+def test_a_threshold_on_a_bucket_bound_counts_exactly() -> None:
+    assert fraction_within(TTFT, 0.25) == (0.5, False)
+    # Within one part in a billion of a bound is that bound.
+    assert fraction_within(TTFT, 0.25 * (1 + 5e-10)) == (0.5, False)
+    assert fraction_within(TTFT, 0.5 * (1 - 5e-10)) == (0.9, False)
+
+
+def test_a_threshold_between_bounds_is_linear_inside_the_bucket_and_estimated() -> None:
+    # 0.3 is a fifth of the way from 0.25 to 0.5: 50 + 40/5 = 58 of 100.
+    ratio, estimated = fraction_within(TTFT, 0.3)
+    assert estimated
+    assert ratio == pytest.approx(0.58)
+    # Below the first bound: linear from 0.
+    assert fraction_within(TTFT, 0.05)[0] == pytest.approx(0.05)
+    # Above the highest finite bound nothing more is known.
+    assert fraction_within(TTFT, 5.0) == (1.0, False)
+    assert fraction_within(Histogram(((1.0, 50.0), (INF, 100.0))), 5.0) == (0.5, True)
+    assert fraction_within(Histogram(((1.0, 0.0), (INF, 0.0))), 0.5) == (None, False)
+
+
+def test_quantiles_follow_histogram_quantile() -> None:
+    assert quantile(TTFT, 0.9) == pytest.approx(0.5)
+    assert quantile(TTFT, 0.5) == pytest.approx(0.25)
+    # 0.7 -> rank 70, in (0.25, 0.5] holding 50..90: 0.25 + 0.25 * 20/40.
+    assert quantile(TTFT, 0.7) == pytest.approx(0.375)
+    tail = Histogram(((1.0, 50.0), (INF, 100.0)))
+    assert quantile(tail, 0.99) == 1.0  # in +Inf's bucket: the highest finite bound
+
+
+def test_a_percentile_objective_has_budget_burn_rates_and_status() -> None:
+    burn = {"5m": TTFT, "30m": TTFT, "1h": TTFT, "6h": TTFT}
+    met = latency_objective("ttft", "p90", 0.5, TTFT, burn)
+    assert met["objective"] == 0.9
+    assert met["goodRatio"] == pytest.approx(0.9)
+    assert met["budgetRemaining"] == pytest.approx(0.0)
+    assert met["burnRates"] == pytest.approx({"5m": 1.0, "30m": 1.0, "1h": 1.0, "6h": 1.0})
+    assert met["status"] == "met"
+    assert met["observed"] == pytest.approx(0.5)
+    assert not met["estimated"]
+    violated = latency_objective("ttft", "p90", 0.25, TTFT, burn)
+    assert violated["status"] == "violated"
+    # 1 - (1 - 0.5) / 0.1 = -4: overspent.
+    assert violated["budgetRemaining"] == pytest.approx(-4.0)
+
+
+def test_at_risk_takes_both_windows_of_a_page_rule() -> None:
+    assert at_risk({"1h": 15.0, "5m": 15.0})
+    assert not at_risk({"1h": 15.0, "5m": 14.0})
+    assert at_risk({"6h": 7.0, "30m": 6.5})
+    assert not at_risk({"6h": 7.0, "30m": None})
+    all_good = Histogram(((0.5, 100.0), (INF, 100.0)))
+    # 20% slow in the last hour: (1 - 0.8) / (1 - 0.99) = 20 > 14.4, over 1h and 5m.
+    burning = Histogram(((0.5, 80.0), (INF, 100.0)))
+    windows = {"5m": burning, "30m": all_good, "1h": burning, "6h": all_good}
+    p99 = latency_objective("ttft", "p99", 0.5, all_good, windows)
+    assert p99["burnRates"]["1h"] == pytest.approx(20.0)
+    assert p99["status"] == "at_risk"
+    # For p90 the same hour burns at 2: met.
+    assert latency_objective("ttft", "p90", 0.5, all_good, windows)["status"] == "met"
+
+
+def test_otps_is_measured_from_time_per_output_token() -> None:
+    # Time per output token: 40% at or below 0.01 s (>= 100 tok/s), all below 0.05 s.
+    tpot = Histogram(((0.01, 40.0), (0.025, 80.0), (0.05, 100.0), (INF, 100.0)), 2.0)
+    p80 = latency_objective("otps", "p80", 40.0, tpot, {})
+    # At least 40 tok/s is at most 0.025 s per token: a bound, 80 of 100.
+    assert p80["goodRatio"] == pytest.approx(0.8)
+    assert p80["observed"] == pytest.approx(40.0)  # 1 / p80 of tpot (0.025)
+    assert p80["status"] == "met"
+    avg = latency_objective("otps", "avg", 60.0, tpot, {})
+    assert avg["observed"] == pytest.approx(50.0)  # 100 requests / 2 s
+    assert avg["status"] == "violated"
+    assert avg["goodRatio"] is None
+    assert avg["burnRates"] is None
+    assert avg["objective"] is None
+
+
+def test_no_requests_is_no_data() -> None:
+    empty = Histogram(((0.5, 0.0), (INF, 0.0)), 0.0)
+    assert latency_objective("ttft", "p90", 0.5, empty, {})["status"] == "no_data"
+    assert latency_objective("ttft", "avg", 0.5, None, {})["status"] == "no_data"
+
+
+def test_a_queue_objective_compares_the_depth_now() -> None:
+    over = queue_objective(10, 12.0, 0.75)
+    assert over["status"] == "violated"
+    assert over["goodRatio"] == 0.75
+    assert over["objective"] is None
+    assert over["budgetRemaining"] is None
+    assert queue_objective(10, 10.0, 1.0)["status"] == "met"
+    assert queue_objective(10, None, None)["status"] == "no_data"
+
+
+def test_the_lowest_budget_orders_routes() -> None:
+    assert lowest_budget([{"budgetRemaining": 0.5}, {"budgetRemaining": -1.0}]) == -1.0
+    assert lowest_budget([{"budgetRemaining": None}]) is None
