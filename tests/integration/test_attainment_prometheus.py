@@ -280,8 +280,19 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
         page = await service.get("/config?view=attainment&sort=budget&window=28d&pageSize=200")
         assert page.status_code == 200
         ours = [i for i in page.json()["items"] if i["route"].startswith(ns)]
-        assert [i["route"] for i in ours][:2] == [odd, chat]
         assert all("series" not in o for i in ours for o in i["objectives"])
+        lowest = {}
+        for route in (chat, own, odd, bad):
+            budgets = [
+                o["budgetRemaining"]
+                for o in (await _attainment(service, route, "28d"))["objectives"]
+                if o["budgetRemaining"] is not None
+            ]
+            lowest[route] = min(budgets) if budgets else None
+        assert lowest[odd] == pytest.approx(-9.0)  # nothing within 0.5 s: 1 - 1 / 0.1
+        assert lowest[bad] is None
+        by_budget = sorted((r for r in lowest if lowest[r] is not None), key=lambda r: lowest[r])
+        assert [i["route"] for i in ours] == [*by_budget, bad]
 
 
 async def test_job_figures_match_the_generated_queue_in_every_window(
