@@ -284,8 +284,8 @@ def _range(value: Any) -> str:
 def attainment_rows(item: dict[str, Any]) -> list[list[str]]:
     """One route's table rows: each objective, then each target that cannot be measured.
 
-    A route whose source says nothing (not configured, or unavailable before any good answer)
-    is one row with that status.
+    A route with nothing to show is one row: with the source's status when it could not be
+    asked (not configured, or unavailable before any good answer).
     """
     route = _cell(item.get("route"))
     source = item.get("source") if isinstance(item.get("source"), dict) else {}
@@ -313,7 +313,11 @@ def attainment_rows(item: dict[str, Any]) -> list[list[str]]:
             where = _range(gap.get("range"))
             rows.append([route, _cell(gap.get("metric")), where, MISSING, MISSING, "unmeasured"])
     if not rows:
-        rows.append([route, MISSING, MISSING, MISSING, MISSING, _cell(source.get("status"))])
+        # Nothing to measure says nothing; a source that could not be asked says why.
+        said = source.get("status")
+        rows.append(
+            [route, MISSING, MISSING, MISSING, MISSING, _cell(None if said == "ok" else said)]
+        )
     return rows
 
 

@@ -208,11 +208,20 @@ def _group(obj: Objective) -> dict[str, Any]:
     bucket = obj.bucket
     labels = _labels(obj)
     rules: list[dict[str, Any]] = [
-        {"record": f"slo:sli_error:ratio_rate{w}", "expr": error_ratio(obj, w), "labels": labels}
+        # A dict of its own each: a shared one would be written as a YAML anchor and aliases.
+        {
+            "record": f"slo:sli_error:ratio_rate{w}",
+            "expr": error_ratio(obj, w),
+            "labels": {**labels},
+        }
         for w in WINDOWS
     ]
     rules.append(
-        {"record": "slo:objective:ratio", "expr": f"vector({obj.objective:g})", "labels": labels}
+        {
+            "record": "slo:objective:ratio",
+            "expr": f"vector({obj.objective:g})",
+            "labels": {**labels},
+        }
     )
     budget = 1 - obj.objective
     sign = "<=" if obj.metric == "ttft" else ">="

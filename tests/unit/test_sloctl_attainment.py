@@ -135,7 +135,8 @@ def test_attainment_lists_every_route_in_the_servers_budget_order(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
     listing = api.get("/config", params__contains={"view": "attainment"})
-    listing.respond(json=page(CODE, CHAT, JOB))
+    empty = {**CHAT, "route": "embed-small", "objectives": [], "unmeasured": []}
+    listing.respond(json=page(CODE, CHAT, JOB, empty))
     code, out, _ = run(capsys, "attainment", "--sort", "budget")
     assert code == 0
     params = listing.calls.last.request.url.params
@@ -149,8 +150,10 @@ def test_attainment_lists_every_route_in_the_servers_budget_order(
         ("chat-7b", "otps", "-", "met"),
         ("chat-7b", "ttft", "-", "unmeasured"),
         ("batch-render", "queue", "-", "met"),
+        # No objectives, and a source that answered: nothing to say, not "ok".
+        ("embed-small", "-", "-", "-"),
     ]
-    assert rows[-1][2:4] == ["<=20", "12"]
+    assert rows[-2][2:4] == ["<=20", "12"]
 
 
 def test_attainment_says_why_figures_are_missing_or_old(
@@ -206,6 +209,7 @@ def generated(
     api.get("/config", params__contains={"view": "attainment"}).respond(json=page(*items))
     code, out, err = run(capsys, "rules", "--namespace", "monitoring")
     assert code == 0, err
+    assert "&id" not in out, "a YAML anchor: write each rule's labels out"
     document: dict[str, Any] = yaml.safe_load(out)
     return document, err
 
