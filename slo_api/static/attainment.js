@@ -12,7 +12,7 @@ export const STATUS_LABELS = { met: "Met", at_risk: "At risk", violated: "Violat
 const METRIC_NAMES = { ttft: "TTFT", otps: "OTPS", queue: "Queue depth" };
 const SVG = "http://www.w3.org/2000/svg";
 // The chart's box, in its own units (it scales with the page).
-const BOX = { width: 480, height: 160, left: 48, right: 12, top: 10, bottom: 22 };
+const BOX = { width: 480, height: 160, left: 72, right: 12, top: 10, bottom: 22 };
 
 let shownWindow = "28d";
 
@@ -35,8 +35,9 @@ export function budgetText(value) {
   return value < 0 ? "budget overspent by " + percent : percent + " of budget left";
 }
 
-// Where the chart draws: the observed series as a path (a gap where a step had no requests),
-// and the target's height, on a linear scale from 0 to a little above the highest of both.
+// Where the chart draws: the observed series as a path (a gap where a step had no requests), a
+// dot for a point alone between gaps (a path of one point shows nothing), and the target's
+// height, on a linear scale from 0 to a little above the highest of both.
 export function chartGeometry(series, threshold, box) {
   const points = (series || []).filter((p) => Array.isArray(p) && typeof p[0] === "number");
   const values = points.map((p) => p[1]).filter((v) => typeof v === "number" && isFinite(v));
@@ -48,13 +49,19 @@ export function chartGeometry(series, threshold, box) {
   const x = (t) => box.left + (t1 > t0 ? ((t - t0) / (t1 - t0)) * plotW : plotW);
   const y = (v) => box.top + plotH - (v / top) * plotH;
   let path = "";
-  let pen = "M";
+  const dots = [];
+  let run = [];
+  const flush = () => {
+    if (run.length === 1) dots.push(run[0]);
+    else if (run.length > 1) path += run.map((p, i) => (i ? "L" : "M") + p[0] + " " + p[1]).join(" ") + " ";
+    run = [];
+  };
   for (const [t, v] of points) {
-    if (typeof v !== "number" || !isFinite(v)) { pen = "M"; continue; }
-    path += pen + x(t).toFixed(1) + " " + y(v).toFixed(1) + " ";
-    pen = "L";
+    if (typeof v !== "number" || !isFinite(v)) { flush(); continue; }
+    run.push([x(t).toFixed(1), y(v).toFixed(1)]);
   }
-  return { path: path.trim(), targetY: y(threshold || 0), top, bottomY: y(0), count: values.length,
+  flush();
+  return { path: path.trim(), dots, targetY: y(threshold || 0), top, bottomY: y(0), count: values.length,
            low: values.length ? Math.min(...values) : null, high: values.length ? Math.max(...values) : null };
 }
 
@@ -93,7 +100,8 @@ function chart(route, obj, window, index) {
     svg("line", { class: "chart-target", x1: BOX.left, x2: right, y1: g.targetY, y2: g.targetY }),
     svg("text", { class: "chart-label chart-target-label", x: right, y: g.targetY - 4, "text-anchor": "end" },
         "target " + targetText(obj)),
-    g.path ? svg("path", { class: "chart-observed", d: g.path }) : null);
+    g.path ? svg("path", { class: "chart-observed", d: g.path }) : null,
+    ...g.dots.map(([cx, cy]) => svg("circle", { class: "chart-point", cx, cy, r: 3 })));
 }
 
 function objectiveCard(route, obj, window, index) {
@@ -151,14 +159,16 @@ export async function showAttainment(route) {
   const objectives = data.objectives || [];
   const gaps = (data.unmeasured || []).map((u) => h("li", {
     text: (METRIC_NAMES[u.metric] || u.metric) + rangeText(u.range) + ": " + (u.reason || "not measurable") }));
-  box.replaceChildren(
+  // replaceChildren writes a null as the text "null": only the parts there are.
+  box.replaceChildren(...[
     windowPicker(route),
     sourceNote(data.source),
     objectives.length
       ? h("ul", { class: "objectives" }, objectives.map((o, i) => objectiveCard(route, o, data.window || window, i)))
       : (data.source && data.source.status === "ok" ? h("p", { class: "hint", text: "No objectives to measure." }) : null),
     gaps.length ? h("div", { class: "unmeasured" },
-      h("p", { class: "hint", text: "Not measured:" }), h("ul", {}, gaps)) : null);
+      h("p", { class: "hint", text: "Not measured:" }), h("ul", {}, gaps)) : null,
+  ].filter(Boolean));
 }
 
 export function clearAttainment() {

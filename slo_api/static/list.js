@@ -2,7 +2,7 @@
 
 import { KIND_LABELS, state, emit } from "./state.js";
 import { $, h } from "./dom.js";
-import { STATUS_LABELS } from "./attainment.js";
+import { STATUS_LABELS, budgetText } from "./attainment.js";
 
 export function boundText(bound) {
   return bound ? bound.value + " " + bound.type : "none"; // the server names the type
@@ -32,7 +32,7 @@ function ordered(routes) {
 function budgetMeta(item) {
   const known = state.sort === "budget" && state.budgets ? state.budgets.get(item.route) : null;
   if (!known) return null;
-  const budget = known.budget === null ? "no budget" : (known.budget * 100).toFixed(1) + "% budget left";
+  const budget = budgetText(known.budget);
   return h("span", { class: "route-budget" },
     known.status ? h("span", { class: "badge status-badge status-" + known.status,
                                text: STATUS_LABELS[known.status] || known.status }) : null,

@@ -58,21 +58,24 @@ def test_a_chart_draws_the_series_against_the_target_with_gaps_where_no_requests
     tmp_path: Path,
 ) -> None:
     # Values up to 1.0 against a target of 2: the scale tops out at 2 * 1.15.
-    series = [[0, 0.5], [100, None], [200, 1.0], [300, 0.0]]
+    series = [[0, 0.5], [100, None], [200, 1.0], [300, 0.0], [400, None], [500, 0.25]]
     (chart,) = run_page(tmp_path, charts=[[series, 2.0]])["charts"]
     top = 2.0 * 1.15
     assert chart["top"] == pytest.approx(top)
     assert chart["targetY"] == pytest.approx(60 - 2.0 / top * 60)
-    moves = chart["path"].split(" ")
-    # A step without requests lifts the pen: the line does not pretend to know it.
-    assert [m for m in moves if m[0] in "ML"] == ["M0.0", "M66.7", "L100.0"]
-    assert chart["path"].startswith(f"M0.0 {60 - 0.5 / top * 60:.1f} ")
-    assert (chart["low"], chart["high"], chart["count"]) == (0.0, 1.0, 3)
+    # x: 500 s across 100 units. A step without requests lifts the pen: the line does not
+    # pretend to know it; a point alone between gaps is a dot.
+    assert chart["path"] == f"M40.0 {60 - 1.0 / top * 60:.1f} L60.0 60.0"
+    assert chart["dots"] == [
+        ["0.0", f"{60 - 0.5 / top * 60:.1f}"],
+        ["100.0", f"{60 - 0.25 / top * 60:.1f}"],
+    ]
+    assert (chart["low"], chart["high"], chart["count"]) == (0.0, 1.0, 4)
 
 
 def test_an_empty_series_draws_only_the_target(tmp_path: Path) -> None:
     (chart,) = run_page(tmp_path, charts=[[[], 0.8]])["charts"]
-    assert (chart["path"], chart["count"], chart["low"]) == ("", 0, None)
+    assert (chart["path"], chart["dots"], chart["count"], chart["low"]) == ("", [], 0, None)
     assert chart["top"] == pytest.approx(0.8 * 1.15)
 
 
