@@ -624,7 +624,9 @@ def attainment_pages(
 ) -> dict[str, Any]:
     """GET /config?view=attainment&sort=budget (the middle page) against the same bytes
     served precomputed, and the memory the attainment of every route holds, per route."""
-    svc = ServiceProcess(kubeconfig, workdir, {"PROMETHEUS_URL": prometheus_url}).start()
+    # A page of attainment is a few hundred KB: the baseline's copy is PUT in one body.
+    env = {"PROMETHEUS_URL": prometheus_url, "MAX_BODY_BYTES": str(4 * 1024 * 1024)}
+    svc = ServiceProcess(kubeconfig, workdir, env).start()
     try:
         first = f"/routes/{fleet.route_name(1)}/attainment"
         deadline = time.monotonic() + 120

@@ -34,9 +34,10 @@ _REQUIREMENT = re.compile(
 # The API server sends a watch a bookmark about once a minute, even when nothing changes.
 API_SERVER_BOOKMARK_SECONDS = 60
 # Environment variables of these prefixes are slo-api's: one it does not know is most likely a
-# misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL.
+# misspelt or retired setting, so start-up says so. sloctl reads SLO_API_URL, prometheus_client
+# PROMETHEUS_MULTIPROC_DIR.
 OWN_PREFIXES = ("SLO_API_", "WATCH_", "GITOPS_", "PROMETHEUS_", "ATTAINMENT_")
-READ_ELSEWHERE = frozenset({"SLO_API_URL"})
+READ_ELSEWHERE = frozenset({"SLO_API_URL", "PROMETHEUS_MULTIPROC_DIR"})
 
 
 # A list setting: comma-separated in the environment (not JSON), a tuple once read.

@@ -142,7 +142,9 @@ class Unmeasured(BaseModel):
 
 
 class Selectors(BaseModel):
-    """Each metric's series of the route, as PromQL (what `sloctl rules` records)."""
+    """Each metric's label matchers of the route, braces included, to follow a series name
+    (`{model_name="chat-7b"}`): built with its queries, so `sloctl rules` records the same
+    series."""
 
     ttft: str
     otps: str

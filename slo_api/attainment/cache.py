@@ -91,7 +91,6 @@ class Snapshot:
 
 @dataclass
 class _Line:
-    version: str
     body: bytes
     budget: float | None
 
@@ -164,6 +163,8 @@ class Attainment:
         self._series: BoundedDict[tuple[str, str, str, int], list[Any]] = BoundedDict(SERIES_CACHED)
         self._limit = asyncio.Semaphore(CONCURRENCY)
         self._orders: BoundedDict[tuple[Any, ...], list[str]] = BoundedDict(64)
+        # A route's line is kept until its CRs change (the index says which) or a refresh.
+        index.subscribe(self._routes_changed)
         if prometheus is None:
             metrics.attainment_age.set(-1)
         else:
@@ -193,7 +194,12 @@ class Attainment:
 
     async def _run(self) -> None:
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:
+                # A bug in a refresh must not end them: the next one may well work.
+                self.metrics.attainment_refreshes.labels("error").inc()
+                log.exception("attainment refresh failed")
             await asyncio.sleep(self.refresh_seconds)
 
     async def refresh(self) -> None:
@@ -499,16 +505,20 @@ class Attainment:
 
     # -- many routes -----------------------------------------------------------------------
 
+    def _routes_changed(self, routes: set[str]) -> None:
+        for cache in self._lines.by_window.values():
+            for route in routes:
+                cache.pop(route, None)
+
     def _line(self, route: str, window: str) -> _Line:
         lines = self._lines
         if lines.generation != self.generation:
             lines.generation, lines.by_window = self.generation, {}
         cache = lines.by_window.setdefault(window, {})
-        claims = self.index.claims(route)
-        version = ",".join(resource_version(obj) for _, obj in claims)
         line = cache.get(route)
-        if line is not None and line.version == version:
+        if line is not None:
             return line
+        claims = self.index.claims(route)
         if len(claims) == 1:
             plural, obj = claims[0]
             answer = self.answer(route, self.kinds[plural], obj, window)
@@ -521,7 +531,7 @@ class Attainment:
                 "count": len(claims),
             }
             budget = None
-        line = cache[route] = _Line(version, orjson.dumps(answer), budget)
+        line = cache[route] = _Line(orjson.dumps(answer), budget)
         return line
 
     def line(self, window: str) -> Callable[[str], bytes]:

@@ -130,12 +130,13 @@ class Selector:
         return ",".join(f"{label}={escape(value)}" for label, value in self.values)
 
     def shown(self) -> dict[str, str] | None:
-        """The answer's `selectors`: each metric's series, as PromQL (what `sloctl rules`
-        records)."""
+        """The answer's `selectors`: each metric's label matchers, braces included, to put
+        after a series name (`vllm:time_to_first_token_seconds_bucket{...}`): what
+        `sloctl rules` records from."""
         matchers = self.matchers
         if matchers is None:
             return None
-        return {metric: f"{name}{{{matchers}}}" for metric, name in METRICS.items()}
+        return dict.fromkeys(METRICS, f"{{{matchers}}}")
 
 
 def selector_of(obj: Mapping[str, Any], labels: Sequence[tuple[str, str]]) -> Selector:

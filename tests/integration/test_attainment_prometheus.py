@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from controlplane.admin import Admin
@@ -75,6 +76,15 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Historie
     prometheus.start()
     yield data, prometheus
     prometheus.stop()
+
+
+def _count(prometheus: Prometheus, selector: str) -> int:
+    """How many series a selector selects now, asked of Prometheus directly."""
+    answer = httpx.post(
+        f"{prometheus.url}/api/v1/query", data={"query": f"count({selector})"}, timeout=10
+    ).json()
+    assert answer["status"] == "success", answer
+    return int(answer["data"]["result"][0]["value"][1])
 
 
 def _status(good: float, objective: float, burn: dict[str, float]) -> str:
@@ -166,8 +176,8 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
             answer = await _attainment(service, chat, window)
             at = _as_of(answer)
             assert answer["selectors"] == {
-                "ttft": f'{TTFT}{{model_name="chat-7b"}}',
-                "otps": f'{TPOT}{{model_name="chat-7b"}}',
+                "ttft": '{model_name="chat-7b"}',
+                "otps": '{model_name="chat-7b"}',
             }
             ttft = data.counts(TTFT, TTFT_BOUNDS, at, WINDOWS[window], model_name="chat-7b")
             tpot = data.counts(TPOT, TPOT_BOUNDS, at, WINDOWS[window], model_name="chat-7b")
@@ -252,6 +262,11 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
             assert odd_answer["source"]["status"] == "ok"
             odd_counts = data.counts(TTFT, TTFT_BOUNDS, at, WINDOWS[window], model_name=ODD)
             odd_p90 = _objective(odd_answer, "ttft", "p90", 0.5)
+            # The route's chart query selects its series alone.
+            odd_last_t, odd_last = odd_p90["series"][-1]
+            step = max(WINDOWS[window] // 200, 300)
+            odd_step = data.counts(TTFT, TTFT_BOUNDS, int(odd_last_t), step, model_name=ODD)
+            assert odd_last == pytest.approx(percentile(odd_step, 0.9), rel=1e-6)
             assert odd_p90["goodRatio"] == pytest.approx(at_bound(odd_counts, 0.5)) == 0.0
             assert odd_p90["observed"] == pytest.approx(percentile(odd_counts, 0.9), rel=1e-9)
 
@@ -261,6 +276,11 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
             for w in ("1h", "28d")
         }
         assert rates["1h"] == rates["28d"]
+
+        # Its selectors, as `sloctl rules` would use them, select exactly its series.
+        selector = (await _attainment(service, odd, "1d"))["selectors"]["ttft"]
+        assert _count(prometheus, f"{TTFT}_bucket{selector}") == len(TTFT_BOUNDS)
+        assert _count(prometheus, f'{TTFT}_bucket{{model_name="chat-7b"}}') == 2 * len(TTFT_BOUNDS)
 
         broken = await _attainment(service, bad, "1d")
         assert broken["source"]["status"] == "unavailable"
@@ -281,7 +301,7 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
         assert page.status_code == 200
         ours = [i for i in page.json()["items"] if i["route"].startswith(ns)]
         assert all("series" not in o for i in ours for o in i["objectives"])
-        lowest = {}
+        lowest: dict[str, float | None] = {}
         for route in (chat, own, odd, bad):
             budgets = [
                 o["budgetRemaining"]
@@ -291,7 +311,8 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
             lowest[route] = min(budgets) if budgets else None
         assert lowest[odd] == pytest.approx(-9.0)  # nothing within 0.5 s: 1 - 1 / 0.1
         assert lowest[bad] is None
-        by_budget = sorted((r for r in lowest if lowest[r] is not None), key=lambda r: lowest[r])
+        known = {r: b for r, b in lowest.items() if b is not None}
+        by_budget = sorted(known, key=lambda r: known[r])
         assert [i["route"] for i in ours] == [*by_budget, bad]
 
 

@@ -46,10 +46,7 @@ async def test_without_prometheus_every_route_says_not_configured(start: Started
             "kind": "llm",
             "window": "28d",
             "source": {"status": "not_configured", "reason": None, "asOf": None},
-            "selectors": {
-                "ttft": 'vllm:time_to_first_token_seconds{model_name="chat-7b"}',
-                "otps": 'vllm:request_time_per_output_token_seconds{model_name="chat-7b"}',
-            },
+            "selectors": {"ttft": '{model_name="chat-7b"}', "otps": '{model_name="chat-7b"}'},
             "objectives": [],
             "unmeasured": [
                 {
@@ -102,3 +99,16 @@ async def test_the_attainment_view_pages_every_route(start: Started) -> None:
         assert [i["route"] for i in jobs["items"]] == ["batch", "nightly"]
         watch = await client.get("/config?view=attainment&watch=true", headers=AUTH)
         assert watch.status_code == 400
+
+
+async def test_the_attainment_view_follows_a_changed_route(start: Started) -> None:
+    async with start(_kube()) as (client, _):
+
+        async def chat() -> Any:
+            page = (await client.get("/config?view=attainment&kind=llm", headers=AUTH)).json()
+            return page["items"][0]
+
+        assert len((await chat())["unmeasured"]) == 1
+        no_ranges = {"default": {"metrics": [{"type": "p90", "threshold": 0.8}]}}
+        assert (await client.put("/routes/chat", json={"ttft": no_ranges}, headers=AUTH)).is_success
+        assert (await chat())["unmeasured"] == []

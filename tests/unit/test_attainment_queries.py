@@ -22,7 +22,7 @@ from slo_api.attainment.selectors import (
 from slo_api.kinds import build_kinds
 from slo_api.metrics import Metrics
 from slo_api.service import Service
-from slo_api.settings import Settings
+from slo_api.settings import Settings, unrecognised
 from tests.unit.conftest import TOKEN, llm_cr
 
 ODD = 'x"} or up{a=~".+'
@@ -34,7 +34,7 @@ def test_a_model_with_quotes_and_braces_stays_one_label_value() -> None:
     assert selector.matchers == 'model_name="x\\"} or up{a=~\\".+"'
     shown = selector.shown()
     assert shown is not None
-    assert shown["ttft"] == 'vllm:time_to_first_token_seconds{model_name="x\\"} or up{a=~\\".+"}'
+    assert shown == {"ttft": '{model_name="x\\"} or up{a=~\\".+"}', "otps": shown["ttft"]}
     # No model: the serviceId.
     assert selector_of(llm_cr("b"), LABELS).values == (("model_name", "b"),)
 
@@ -57,9 +57,19 @@ def test_the_label_template_and_annotations_are_checked() -> None:
     assert ANNOTATION in selector.problem
 
 
-def test_a_bad_label_template_stops_start_up() -> None:
+def test_a_bad_label_template_or_url_stops_start_up() -> None:
     with pytest.raises(ValueError, match="PROMETHEUS_ROUTE_LABELS"):
         Settings(slo_api_token=TOKEN, prometheus_route_labels='model_name="{modle}"')
+    with pytest.raises(ValueError, match="not an http"):
+        Settings(slo_api_token=TOKEN, prometheus_url="prometheus:9090")
+    assert Settings(slo_api_token=TOKEN, prometheus_url=" ").prometheus_url is None
+    assert (
+        Settings(slo_api_token=TOKEN, prometheus_url="http://p:9090/").prometheus_url
+        == "http://p:9090"
+    )
+    # A misspelt attainment setting is said at start-up; prometheus_client's own is not ours.
+    environ = {"PROMETHEUS_URLL": "x", "PROMETHEUS_MULTIPROC_DIR": "/m", "ATTAINMENT_REFRESH": "9"}
+    assert unrecognised(environ) == ["ATTAINMENT_REFRESH", "PROMETHEUS_URLL"]
 
 
 def _attainment(handler: Any, crs: list[dict[str, Any]]) -> Attainment:
