@@ -77,7 +77,7 @@ test: venv controlplane chromium test-tools prometheus lint
 browser: venv controlplane chromium prometheus
 	$(PY) -m pytest -ra tests/browser
 
-# Regenerates docs/demo-webui.png from the browser tests.
+# Regenerates docs/demo-webui.png and docs/attainment.png from the browser tests.
 screenshot: venv controlplane chromium prometheus
 	SLO_API_UPDATE_SCREENSHOT=1 $(PY) -m pytest -ra tests/browser
 

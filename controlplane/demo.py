@@ -217,14 +217,15 @@ def scrape_config(target: str) -> str:
     )
 
 
-def wait_for_scrape(url: str, timeout: float = 30) -> None:
-    """Until Prometheus has scraped the simulator once (so the first refresh has data)."""
+def wait_for_scrape(url: str, scrapes: int = 3, timeout: float = 60) -> None:
+    """Until Prometheus has scraped the simulator a few times: a rate over the shortest window
+    (5m) needs two samples of the live series, and slo-api's first refresh comes at once."""
+    query = f"count_over_time(up[5m]) >= {scrapes} and up == 1"
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=5) as http:
         while time.monotonic() < deadline:
-            answer = http.get(f"{url}/api/v1/query", params={"query": "up"}).json()
-            results = answer.get("data", {}).get("result", [])
-            if results and all(r["value"][1] == "1" for r in results):
+            answer = http.get(f"{url}/api/v1/query", params={"query": query}).json()
+            if answer.get("data", {}).get("result"):
                 return
             time.sleep(0.5)
     raise StartError(f"prometheus did not scrape the load simulator in {timeout:g}s")
