@@ -276,6 +276,7 @@ def main() -> int:
 MEASURED_ALONE = {
     "stream_costs": "python -m bench.stream_costs",
     "fanout": "python -m bench --only fanout",
+    "attainment": "python -m bench --only attainment",
 }
 
 

@@ -623,7 +623,8 @@ def attainment_pages(
     kubeconfig: Path, workdir: Path, prometheus_url: str, routes: int, s: Settings
 ) -> dict[str, Any]:
     """GET /config?view=attainment&sort=budget (the middle page) against the same bytes
-    served precomputed, and the memory the attainment of every route holds, per route."""
+    served precomputed, and how much the process grew (RSS) rendering every route's
+    attainment, per route: an upper bound of what it holds (freed memory stays in RSS)."""
     # A page of attainment is a few hundred KB: the baseline's copy is PUT in one body.
     env = {"PROMETHEUS_URL": prometheus_url, "MAX_BODY_BYTES": str(4 * 1024 * 1024)}
     svc = ServiceProcess(kubeconfig, workdir, env).start()

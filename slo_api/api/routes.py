@@ -31,7 +31,7 @@ from slo_api.jsonbody import parse_object
 from slo_api.logs import request_id
 from slo_api.route_names import ATTAINMENT, HISTORY, route_problem
 from slo_api.runtime import Runtime
-from slo_api.service import Result, Target, parse_if_match, weak_etag
+from slo_api.service import Result, Target, parse_if_match
 
 router = APIRouter()
 audit = logging.getLogger("slo_api.audit")
@@ -500,10 +500,9 @@ async def _attainment_page(
         held = {kind: held[kind]}
     allowed = await rt.access.visible(caller, held)
     routes, key = rt.visible.routes(allowed, kind)
-    if sort == "budget":
-        routes = rt.attainment.by_budget(routes, window, key)
-    body = rt.service.render_page(routes, page, page_size, False, rt.attainment.line(window))
-    etag = weak_etag(body)
+    body, etag = rt.attainment.page(
+        routes, key, window, sort == "budget", page, page_size, rt.service.render_page
+    )
     if _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})

@@ -35,6 +35,7 @@ from slo_api.attainment.selectors import Selector, selector_of
 from slo_api.bounded import BoundedDict
 from slo_api.index import CRIndex, resource_version
 from slo_api.metrics import Metrics
+from slo_api.service import weak_etag
 
 log = logging.getLogger("slo_api.attainment")
 
@@ -163,6 +164,8 @@ class Attainment:
         self._series: BoundedDict[tuple[str, str, str, int], list[Any]] = BoundedDict(SERIES_CACHED)
         self._limit = asyncio.Semaphore(CONCURRENCY)
         self._orders: BoundedDict[tuple[Any, ...], list[str]] = BoundedDict(64)
+        self._pages: BoundedDict[tuple[Any, ...], tuple[bytes, str]] = BoundedDict(256)
+        self._changes = 0  # moves with every change of a route the index reports
         # A route's line is kept until its CRs change (the index says which) or a refresh.
         index.subscribe(self._routes_changed)
         if prometheus is None:
@@ -506,6 +509,8 @@ class Attainment:
     # -- many routes -----------------------------------------------------------------------
 
     def _routes_changed(self, routes: set[str]) -> None:
+        # Orders and pages built before this change are not looked up again.
+        self._changes += 1
         for cache in self._lines.by_window.values():
             for route in routes:
                 cache.pop(route, None)
@@ -537,10 +542,31 @@ class Attainment:
     def line(self, window: str) -> Callable[[str], bytes]:
         return lambda route: self._line(route, window).body
 
+    def page(
+        self,
+        routes: list[str],
+        key: Any,
+        window: str,
+        by_budget: bool,
+        page: int,
+        page_size: int,
+        render: Callable[[list[str], int, int, bool, Callable[[str], bytes]], bytes],
+    ) -> tuple[bytes, str]:
+        """A `/config?view=attainment` page of `routes` (named by `key`: the same list while
+        `key` is) and its weak ETag, kept until a refresh or a change of any route."""
+        page_key = (key, window, by_budget, page, page_size, self.generation, self._changes)
+        cached = self._pages.get(page_key)
+        if cached is None:
+            if by_budget:
+                routes = self.by_budget(routes, window, key)
+            body = render(routes, page, page_size, False, self.line(window))
+            cached = self._pages[page_key] = (body, weak_etag(body))
+        return cached
+
     def by_budget(self, routes: list[str], window: str, key: Any) -> list[str]:
         """`routes` by their lowest budget remaining, ascending; those without one last
         (by name). `key` names the list (it is the same list while `key` is)."""
-        order_key = (key, window, self.generation)
+        order_key = (key, window, self.generation, self._changes)
         order = self._orders.get(order_key)
         if order is None:
             budgets = [(self._line(r, window).budget, r) for r in routes]

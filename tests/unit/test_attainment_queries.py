@@ -172,3 +172,37 @@ async def test_a_slow_prometheus_times_out_as_unavailable() -> None:
     answer = attainment.answer("a", "llm", llm_cr("a", **TTFT_CR), "1h")
     assert answer["source"]["reason"] == "Prometheus did not answer within 5 s"
     assert json.loads(json.dumps(answer))["source"]["asOf"] is None
+
+
+async def test_the_budget_order_follows_a_changed_threshold_under_the_same_list() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if "_bucket" in parse_qs(request.content.decode())["query"][0]:
+            # 90% within 0.5 s, all within 1 s, for every model.
+            return httpx.Response(
+                200,
+                json=_vector(
+                    ({"model_name": "m", "le": "0.5"}, 90),
+                    ({"model_name": "m", "le": "1"}, 100),
+                    ({"model_name": "m", "le": "+Inf"}, 100),
+                ),
+            )
+        return httpx.Response(200, json=_vector(({"model_name": "m"}, 30)))
+
+    def cr(name: str, threshold: float) -> dict[str, Any]:
+        metrics = [{"type": "p90", "threshold": threshold}]
+        return llm_cr(name, model="m", ttft={"default": {"metrics": metrics}})
+
+    attainment = _attainment(handler, [cr("a", 0.5), cr("b", 1.0)])
+    await attainment.refresh()
+
+    def render(routes: list[str], page: int, size: int, full: bool, line: Any) -> bytes:
+        return b"[" + b",".join(line(r) for r in routes) + b"]"
+
+    def order() -> list[str]:
+        body, _ = attainment.page(["a", "b"], "the same list", "28d", True, 1, 20, render)
+        return [item["route"] for item in json.loads(body)]
+
+    assert order() == ["a", "b"]  # a's budget is spent (0), b's whole (1)
+    # b's target tightened to 0.25 s: 45% within, its budget overspent (-4.5): first now.
+    attainment.index.upsert("llmslorequirements", cr("b", 0.25))
+    assert order() == ["b", "a"]
