@@ -343,7 +343,7 @@ def cmd_attainment(client: SloClient, args: argparse.Namespace) -> int:
 
 
 def cmd_rules(client: SloClient, args: argparse.Namespace) -> int:
-    found, skipped = rules.objectives(client.attainment_list())
+    found, skipped = rules.objectives(client.full_routes(), client.attainment_list())
     for reason in skipped:
         warn(f"no rules for {reason}")
     if not found:

@@ -1,8 +1,9 @@
 """`sloctl rules`: a PrometheusRule recording each route's error ratios and alerting on burn.
 
-Built from what the server says of each route (`GET /config?view=attainment`): its percentile
-objectives and, in `selectors`, the vector selector of its vLLM series (`name{matchers}`), so
-the rule of which series belong to a route lives in one place (the server). Only percentile
+Built from what the server says of each route: its percentile targets (`GET /config?view=full`;
+`pXX` is the objective XX/100) and, in the attainment listing's `selectors`, the vector
+selector of its vLLM series (`name{matchers}`), so the rule of which series belong to a route
+lives in one place (the server). Only percentile
 objectives have an error budget: `avg` objectives and job routes get no rules (slo-api's
 attainment shows them).
 
@@ -143,38 +144,51 @@ def _matchers(inner: str, *extra: str) -> str:
     return "{" + ", ".join(p for p in (inner, *extra) if p) + "}"
 
 
-def objectives(items: Iterable[dict[str, Any]]) -> tuple[list[Objective], list[str]]:
-    """The percentile objectives rules can be made for, and why others are left out."""
+def objectives(
+    bodies: Iterable[dict[str, Any]], attainment: Iterable[dict[str, Any]]
+) -> tuple[list[Objective], list[str]]:
+    """The percentile objectives rules can be made for, and why others are left out.
+
+    The targets are the routes' own (`/config?view=full`), so rules can be made whether or not
+    slo-api reaches Prometheus; the series are the ones the attainment listing names.
+    """
+    selectors_of = {
+        item.get("route"): item.get("selectors") for item in attainment if isinstance(item, dict)
+    }
     found: list[Objective] = []
     skipped: list[str] = []
-    for item in items:
-        route = str(item.get("route"))
-        selectors = item.get("selectors")
-        for obj in item.get("objectives") or []:
-            if not isinstance(obj, dict):
-                continue
-            metric, kind = obj.get("metric"), str(obj.get("type"))
-            what = f"{route} {metric} {kind}"
-            if metric not in ("ttft", "otps"):
-                continue  # job routes: their own queue.promql, no histogram to record
-            if not _PERCENTILE.match(kind):
-                skipped.append(f"{what}: an average has no error budget")
-                continue
-            selector = selectors.get(metric) if isinstance(selectors, dict) else None
-            threshold, objective = obj.get("threshold"), obj.get("objective")
-            if not isinstance(selector, str):
-                skipped.append(f"{what}: the server named no series selector for it")
-                continue
-            if not (_number(threshold) and _number(objective) and objective < 1):
-                skipped.append(f"{what}: no threshold or objective")
-                continue
-            try:
-                parse_selector(selector, TTFT_METRIC)
-                bucket = bucket_for(metric, threshold)
-            except ValueError as exc:
-                skipped.append(f"{what}: {exc}")
-                continue
-            found.append(Objective(route, metric, kind, threshold, objective, selector, bucket))
+    for body in bodies:
+        route = str(body.get("route"))
+        if body.get("ambiguous"):
+            skipped.append(f"{route}: claimed by more than one CR")
+            continue
+        if body.get("kind") != "llm":
+            continue  # job routes: their own queue.promql, no histogram to record
+        selectors = selectors_of.get(route)
+        for metric in ("ttft", "otps"):
+            section = body.get(metric) or {}
+            for target in (section.get("default") or {}).get("metrics") or []:
+                kind, threshold = str(target.get("type")), target.get("threshold")
+                what = f"{route} {metric} {kind}"
+                percentile = _PERCENTILE.match(kind)
+                if not percentile:
+                    skipped.append(f"{what}: an average has no error budget")
+                    continue
+                objective = float(percentile.group(1)) / 100
+                selector = selectors.get(metric) if isinstance(selectors, dict) else None
+                if not isinstance(selector, str):
+                    skipped.append(f"{what}: the server named no series selector for it")
+                    continue
+                if not (_number(threshold) and 0 < objective < 1):
+                    skipped.append(f"{what}: no threshold or objective")
+                    continue
+                try:
+                    parse_selector(selector, TTFT_METRIC)
+                    bucket = bucket_for(metric, threshold)
+                except ValueError as exc:
+                    skipped.append(f"{what}: {exc}")
+                    continue
+                found.append(Objective(route, metric, kind, threshold, objective, selector, bucket))
     return found, skipped
 
 

@@ -84,7 +84,18 @@ def _rules(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("SLO_API_URL", SERVER)
     monkeypatch.setenv("SLO_API_TOKEN", "s3cret")
     items = [_route(route, model) for route, (model, _, _) in ROUTES.items()]
+    bodies = [
+        {
+            "route": item["route"],
+            "kind": "llm",
+            "ttft": {"default": {"metrics": [{"type": "p99", "threshold": 1.0}]}},
+        }
+        for item in items
+    ]
     with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/config", params__contains={"view": "full"}).respond(
+            json={"items": bodies, "total": len(bodies), "page": 1, "pageSize": 200}
+        )
         api.get("/config", params__contains={"view": "attainment"}).respond(
             json={"items": items, "total": len(items), "page": 1, "pageSize": 200}
         )

@@ -203,9 +203,24 @@ def test_attainment_of_a_route_the_caller_may_not_read_is_the_servers_404(
 # -- rules --------------------------------------------------------------------------------------
 
 
+def body_of(item: dict[str, Any]) -> dict[str, Any]:
+    """The route's body (`/config?view=full`) holding the targets its attainment measures."""
+    body: dict[str, Any] = {"route": item["route"], "kind": item["kind"]}
+    for obj in item["objectives"]:
+        if obj["metric"] in ("ttft", "otps"):
+            section = body.setdefault(obj["metric"], {"default": {"metrics": []}})
+            section["default"]["metrics"].append(
+                {"type": obj["type"], "threshold": obj["threshold"]}
+            )
+    return body
+
+
 def generated(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str], *items: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
+    """`sloctl rules` for routes whose attainment is `items` (their bodies hold its targets)."""
+    bodies = [body_of(item) for item in items]
+    api.get("/config", params__contains={"view": "full"}).respond(json=page(*bodies))
     api.get("/config", params__contains={"view": "attainment"}).respond(json=page(*items))
     code, out, err = run(capsys, "rules", "--namespace", "monitoring")
     assert code == 0, err
@@ -326,3 +341,23 @@ def test_a_selector_with_quotes_stays_one_matcher(
     expr = document["spec"]["groups"][0]["rules"][0]["expr"]
     assert r'_seconds_bucket{model_name="a\"}, x{", le="0.75"}[5m]' in expr
     assert r'_count{model_name="a\"}, x{"}[5m]' in expr
+
+
+def test_rules_need_no_figures_only_the_targets_and_the_servers_selectors(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # slo-api without Prometheus (or cut off from it) still names each route's series.
+    unconfigured = {"status": "not_configured", "reason": None, "asOf": None}
+    bare = {**CODE, "source": unconfigured, "objectives": []}
+    api.get("/config", params__contains={"view": "full"}).respond(json=page(body_of(CODE)))
+    api.get("/config", params__contains={"view": "attainment"}).respond(json=page(bare))
+    code, out, err = run(capsys, "rules")
+    assert code == 0, err
+    groups = [g["name"] for g in yaml.safe_load(out)["spec"]["groups"]]
+    assert groups == ["slo-api.code-13b.ttft.p99", "slo-api.code-13b.otps.p50"]
+    objective = next(
+        r
+        for r in yaml.safe_load(out)["spec"]["groups"][0]["rules"]
+        if r.get("record") == "slo:objective:ratio"
+    )
+    assert objective["expr"] == "vector(0.99)"
