@@ -361,3 +361,20 @@ def test_rules_need_no_figures_only_the_targets_and_the_servers_selectors(
         if r.get("record") == "slo:objective:ratio"
     )
     assert objective["expr"] == "vector(0.99)"
+
+
+def test_attainment_escapes_what_would_steer_the_terminal(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evil = "\x1b[2J\x1b]0;owned\x07"
+    stale = {"status": "unavailable", "reason": f"bad{evil}", "asOf": None}
+    hostile = {**CHAT, "route": f"r{evil}", "source": stale, "objectives": [
+        {**objective("ttft", "p90", 0.8, status=f"met{evil}"), "type": f"p90{evil}"}
+    ], "unmeasured": [{"metric": "ttft", "range": evil, "reason": evil}]}  # fmt: skip
+    api.get("/config", params__contains={"view": "attainment"}).respond(json=page(hostile))
+    code, out, err = run(capsys, "attainment")
+    assert code == 0
+    assert "\x1b" not in out + err
+    assert "\x07" not in out + err
+    assert "r\\x1b[2J\\x1b]0;owned\\x07" in out
+    assert "bad\\x1b[2J" in err
