@@ -500,7 +500,7 @@ async def _attainment_page(
         held = {kind: held[kind]}
     allowed = await rt.access.visible(caller, held)
     routes, key = rt.visible.routes(allowed, kind)
-    body, etag = rt.attainment.page(
+    body, etag = await rt.attainment.page(
         routes, key, window, sort == "budget", page, page_size, rt.service.render_page
     )
     if _matches(if_none_match, etag):

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +59,8 @@ MIN_STEP = 300
 # Queries in flight at once, so a refresh does not flood Prometheus.
 CONCURRENCY = 4
 SERIES_CACHED = 1024
+# Routes worked on between two turns of the event loop in the walks over every route.
+CHUNK = 256
 UNMEASURED_RANGE = "vLLM's histograms carry no context length: a range's targets cannot be measured"
 
 
@@ -240,13 +242,23 @@ class Attainment:
         self.metrics.prometheus_queries.labels(purpose, "ok").inc()
         return samples
 
-    def _own_matchers(self) -> list[str]:
-        """The matchers of every LLM route that names its own, once each."""
-        plural = self.plurals.get("llm")
+    async def _objects(self, kind: str) -> AsyncIterator[Obj]:
+        """Every CR of a kind that claims a route, a chunk at a time: at 100,000 routes one
+        walk would hold the event loop for seconds."""
+        plural = self.plurals.get(kind)
         if plural is None:
-            return []
+            return
+        for i, route in enumerate(list(self.index.routes(kind))):
+            if i % CHUNK == CHUNK - 1:
+                await asyncio.sleep(0)
+            for p, obj in self.index.claims(route):
+                if p == plural:
+                    yield obj
+
+    async def _own_matchers(self) -> list[str]:
+        """The matchers of every LLM route that names its own, once each."""
         own = set()
-        for obj in self.index.objects(plural):
+        async for obj in self._objects("llm"):
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             if selectors.ANNOTATION in annotations:
                 matchers = selector_of(obj, self.labels).matchers
@@ -255,7 +267,7 @@ class Attainment:
         return sorted(own)
 
     async def _query_all(self, at: float) -> Snapshot:
-        own = self._own_matchers()
+        own = await self._own_matchers()
         names = self.label_names
 
         def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
@@ -304,19 +316,12 @@ class Attainment:
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
         is that route's problem, not attainment's."""
-        plural = self.plurals.get("job")
         wanted: set[tuple[str, int]] = set()
-        if plural is not None:
-            for obj in self.index.objects(plural):
-                queue = (obj.get("spec") or {}).get("queue") or {}
-                promql, depth = queue.get("promql"), queue.get("maxDepth") or 0
-                if (
-                    isinstance(promql, str)
-                    and promql.strip()
-                    and isinstance(depth, int)
-                    and depth > 0
-                ):
-                    wanted.add((promql, depth))
+        async for obj in self._objects("job"):
+            queue = (obj.get("spec") or {}).get("queue") or {}
+            promql, depth = queue.get("promql"), queue.get("maxDepth") or 0
+            if isinstance(promql, str) and promql.strip() and isinstance(depth, int) and depth > 0:
+                wanted.add((promql, depth))
         readings = {key: self.queues.get(key) or QueueReading() for key in wanted}
         await asyncio.gather(
             *(self._read_queue(key, reading, at) for key, reading in readings.items())
@@ -457,7 +462,13 @@ class Attainment:
         objectives = answer["objectives"]
         if not objectives:
             return answer
-        points = await self._series_of(route, kind, obj, window, objectives)
+        # While Prometheus fails, the last figures come without a chart rather than after
+        # a timeout per request.
+        points = (
+            await self._series_of(route, kind, obj, window, objectives)
+            if answer["source"]["status"] == "ok"
+            else []
+        )
         answer["objectives"] = [
             {**o, "series": points[i] if i < len(points) else []} for i, o in enumerate(objectives)
         ]
@@ -542,7 +553,7 @@ class Attainment:
     def line(self, window: str) -> Callable[[str], bytes]:
         return lambda route: self._line(route, window).body
 
-    def page(
+    async def page(
         self,
         routes: list[str],
         key: Any,
@@ -558,18 +569,26 @@ class Attainment:
         cached = self._pages.get(page_key)
         if cached is None:
             if by_budget:
-                routes = self.by_budget(routes, window, key)
+                routes = await self.by_budget(routes, window, key)
             body = render(routes, page, page_size, False, self.line(window))
             cached = self._pages[page_key] = (body, weak_etag(body))
         return cached
 
-    def by_budget(self, routes: list[str], window: str, key: Any) -> list[str]:
+    async def by_budget(self, routes: list[str], window: str, key: Any) -> list[str]:
         """`routes` by their lowest budget remaining, ascending; those without one last
-        (by name). `key` names the list (it is the same list while `key` is)."""
+        (by name). `key` names the list (it is the same list while `key` is). The lines
+        missing after a refresh are worked out a chunk at a time, the loop free between."""
         order_key = (key, window, self.generation, self._changes)
         order = self._orders.get(order_key)
         if order is None:
-            budgets = [(self._line(r, window).budget, r) for r in routes]
+            routes = list(routes)
+            budgets: list[tuple[float | None, str]] = []
+            for start in range(0, len(routes), CHUNK):
+                budgets.extend(
+                    (self._line(r, window).budget, r) for r in routes[start : start + CHUNK]
+                )
+                await asyncio.sleep(0)
+            fresh = order_key[2:] == (self.generation, self._changes)
             order = [
                 r
                 for _, r in sorted(
@@ -577,7 +596,10 @@ class Attainment:
                     key=lambda br: (br[0] is None, br[0] if br[0] is not None else 0.0, br[1]),
                 )
             ]
-            self._orders[order_key] = order
+            if fresh:
+                # Else a refresh or a change came while it was built: this request gets it,
+                # the next builds it again.
+                self._orders[order_key] = order
         return order
 
 

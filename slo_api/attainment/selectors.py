@@ -210,15 +210,20 @@ def tagged(queries: Sequence[str]) -> str:
     return " or ".join(f'label_replace({q}, "{TAG}", "{i}", "", "")' for i, q in enumerate(queries))
 
 
+def _own_lines(promql: str) -> str:
+    """A job's own query, on lines of its own: a `#` comment in it ends at its end."""
+    return f"(\n{promql}\n)"
+
+
 def queue_depth(promql: str) -> str:
     """A job route's depth: the highest of what its query returns."""
-    return f"max(({promql}))"
+    return f"max({_own_lines(promql)})"
 
 
 def queue_good_steps(promql: str, max_depth: int, window: str) -> str:
     """The share of the window's one-minute steps whose depth is at most `maxDepth`."""
-    return f"avg_over_time((max(({promql})) <= bool {int(max_depth)})[{window}:1m])"
+    return f"avg_over_time((max({_own_lines(promql)}) <= bool {int(max_depth)})[{window}:1m])"
 
 
 def queue_series_count(promql: str) -> str:
-    return f"count(({promql}))"
+    return f"count({_own_lines(promql)})"

@@ -323,7 +323,8 @@ async def test_job_figures_match_the_generated_queue_in_every_window(
     ns = _run()
     admin.ensure_namespace(ns)
     job, idle = f"{ns}-job", f"{ns}-idle"
-    queue = {"maxDepth": MAX_DEPTH, "promql": 'max(job_queue_depth{queue="q1"})'}
+    # A comment in the job's own query ends with it.
+    queue = {"maxDepth": MAX_DEPTH, "promql": 'max(job_queue_depth{queue="q1"}) # the depth'}
     admin.create(crs.job(ns, "job", service_id=job, queue=queue))
     admin.create(crs.job(ns, "idle", service_id=idle, queue={"maxDepth": 0, "promql": "up"}))
     async with running(slo_api_kubeconfig, prometheus_url=prometheus.url) as service:
@@ -502,7 +503,9 @@ async def test_prometheus_stopped_keeps_the_last_figures_with_their_time(
             assert kept["source"]["status"] == "unavailable"
             assert "cannot reach Prometheus" in kept["source"]["reason"]
             assert kept["source"]["asOf"] == good["source"]["asOf"]
-            # The last figures, without a chart (the series needs Prometheus).
+            # The last figures, without a chart (the series needs Prometheus), at once.
+            assert all(o["series"] for o in good["objectives"])
+            assert all(o["series"] == [] for o in kept["objectives"])
             assert [{**o, "series": []} for o in kept["objectives"]] == [
                 {**o, "series": []} for o in good["objectives"]
             ]

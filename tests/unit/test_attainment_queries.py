@@ -198,11 +198,11 @@ async def test_the_budget_order_follows_a_changed_threshold_under_the_same_list(
     def render(routes: list[str], page: int, size: int, full: bool, line: Any) -> bytes:
         return b"[" + b",".join(line(r) for r in routes) + b"]"
 
-    def order() -> list[str]:
-        body, _ = attainment.page(["a", "b"], "the same list", "28d", True, 1, 20, render)
+    async def order() -> list[str]:
+        body, _ = await attainment.page(["a", "b"], "the same list", "28d", True, 1, 20, render)
         return [item["route"] for item in json.loads(body)]
 
-    assert order() == ["a", "b"]  # a's budget is spent (0), b's whole (1)
+    assert await order() == ["a", "b"]  # a's budget is spent (0), b's whole (1)
     # b's target tightened to 0.25 s: 45% within, its budget overspent (-4.5): first now.
     attainment.index.upsert("llmslorequirements", cr("b", 0.25))
-    assert order() == ["b", "a"]
+    assert await order() == ["b", "a"]
