@@ -69,8 +69,9 @@ PROFILES = {
         bad_for_seconds=6 * 3600,
         ttft_now=((0.1, 0.1, 1.0), (0.9, 1.2, 4.0)),
     ),
-    # 70% within 2 s against an objective of 90%, all month.
-    "reason-70b": Profile(ttft=((0.7, 0.2, 1.8), (0.3, 2.6, 6.0)), tpot=((1.0, 0.03, 0.07),)),
+    # 75% within 2 s (all of them within 0.9 s) against an objective of 90%, all month: a
+    # burn rate of 2.5, violated but nowhere near a page.
+    "reason-70b": Profile(ttft=((0.75, 0.2, 0.9), (0.25, 2.6, 6.0)), tpot=((1.0, 0.03, 0.07),)),
 }
 # The job samples' queue.promql, answered: batch-render within its maxDepth 20, nightly-eval over 5.
 GAUGES = (
