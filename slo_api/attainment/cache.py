@@ -335,7 +335,7 @@ class Attainment:
             count = counted[0].value if counted else 0
             if count > self.series_limit:
                 raise PrometheusError(
-                    f"queue.promql returns {count:g} series, more than "
+                    f"it returns {count:g} series, more than "
                     f"ATTAINMENT_SERIES_LIMIT ({self.series_limit})",
                     "query",
                 )

@@ -482,9 +482,7 @@ async def test_prometheus_stopped_keeps_the_last_figures_with_their_time(
     data = Histories(now, now)
     data.add_histogram(TTFT, TTFT_BOUNDS, CHAT_TTFT, model_name="small")
     prometheus = Prometheus(tmp_path)
-    # A day of the generated shape is enough here.
-    om = data.openmetrics()
-    prometheus.backfill(om)
+    prometheus.backfill(data.openmetrics())
     prometheus.start()
     ns = _run()
     admin.ensure_namespace(ns)

@@ -23,7 +23,7 @@ from slo_api.kinds import build_kinds
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings, unrecognised
-from tests.unit.conftest import TOKEN, llm_cr
+from tests.unit.conftest import TOKEN, job_cr, llm_cr
 
 ODD = 'x"} or up{a=~".+'
 LABELS = parse_route_labels('model_name="{model}"')
@@ -206,3 +206,38 @@ async def test_the_budget_order_follows_a_changed_threshold_under_the_same_list(
     # b's target tightened to 0.25 s: 45% within, its budget overspent (-4.5): first now.
     attainment.index.upsert("llmslorequirements", cr("b", 0.25))
     assert await order() == ["b", "a"]
+
+
+async def test_a_job_query_returning_too_many_series_is_that_routes_problem_alone() -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        sent.append(query)
+        if query.startswith("count("):
+            many = "wide" in query
+            return httpx.Response(200, json=_vector(({}, 11 if many else 1)))
+        if query.startswith("max("):
+            return httpx.Response(200, json=_vector(({}, 4)))
+        if query.startswith("avg_over_time("):
+            return httpx.Response(200, json=_vector(({}, 0.75)))
+        return httpx.Response(200, json=_vector())
+
+    wide = job_cr("wide", queue={"maxDepth": 5, "promql": "wide_queue"})
+    narrow = job_cr("narrow", queue={"maxDepth": 5, "promql": "narrow_queue"})
+    attainment = _attainment(handler, [])
+    for cr in (wide, narrow):
+        attainment.index.upsert("jobslorequirements", cr)
+    await attainment.refresh()
+    refused = attainment.answer("wide", "job", wide, "7d")
+    assert refused["source"]["status"] == "unavailable"
+    assert refused["source"]["reason"] == (
+        "queue.promql: it returns 11 series, more than ATTAINMENT_SERIES_LIMIT (10)"
+    )
+    assert refused["objectives"] == []
+    # The wide query was counted, never evaluated.
+    assert not any("wide_queue" in q and not q.startswith("count(") for q in sent)
+    fine = attainment.answer("narrow", "job", narrow, "7d")
+    assert fine["source"]["status"] == "ok"
+    (objective,) = fine["objectives"]
+    assert (objective["observed"], objective["goodRatio"], objective["status"]) == (4, 0.75, "met")
