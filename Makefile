@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv lock image podman test-tools controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
+.PHONY: venv lock image podman test-tools prometheus controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
 
 venv: $(STAMP)
 
@@ -51,6 +51,10 @@ podman:
 test-tools:
 	$(call debian-packages,podman:podman runc:runc mmdebstrap:mmdebstrap promtool:prometheus)
 
+# The demo's and the browser tests' Prometheus (server and promtool).
+prometheus:
+	$(call debian-packages,prometheus:prometheus promtool:prometheus)
+
 # The image, with podman. BASE=<image> builds on another base than the Dockerfile's
 # python:3.11-slim (pinned by digest); BASE=debian makes one from Debian's packages (mmdebstrap,
 # for machines that reach no image registry). SOURCE=<repository URL> labels where it came from
@@ -67,14 +71,14 @@ chromium:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
-test: venv controlplane chromium test-tools lint
+test: venv controlplane chromium test-tools prometheus lint
 	$(PY) -m pytest -ra
 
-browser: venv controlplane chromium
+browser: venv controlplane chromium prometheus
 	$(PY) -m pytest -ra tests/browser
 
-# Regenerates docs/demo-webui.png from the browser tests.
-screenshot: venv controlplane chromium
+# Regenerates docs/demo-webui.png and docs/attainment.png from the browser tests.
+screenshot: venv controlplane chromium prometheus
 	SLO_API_UPDATE_SCREENSHOT=1 $(PY) -m pytest -ra tests/browser
 
 unit: venv
@@ -90,7 +94,7 @@ clean:
 	rm -rf $(VENV) .cluster .demo .pytest_cache .mypy_cache .ruff_cache
 
 # TRACING=1: also Jaeger, with every request traced (the demo prints where to look).
-demo: venv controlplane
+demo: venv controlplane prometheus
 	$(PY) -m controlplane demo --dir .demo $(if $(TRACING),--tracing)
 
 openapi: venv

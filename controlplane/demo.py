@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,9 +23,12 @@ import httpx
 from controlplane.admin import Admin, AdminError, Obj, load_yaml_dir
 from controlplane.cluster import CONFIG, REPO, Cluster
 from controlplane.jaeger import Jaeger
+from controlplane.loadsim import Simulator, history_openmetrics, models
+from controlplane.prometheus import Prometheus
 from controlplane.server import StartError, die_with_parent
 
 SAMPLES = CONFIG / "samples"
+SCRAPE_SECONDS = 5
 
 
 class ServiceError(RuntimeError):
@@ -178,6 +182,55 @@ def create_demo_identities(admin: Admin, directory: Path) -> dict[str, Path]:
     return files
 
 
+def start_metrics(directory: Path) -> tuple[Prometheus, Simulator]:
+    """Prometheus with a month of the samples' history, scraping the load simulator.
+
+    The simulator's routes: chat-7b meets its SLO, code-13b is at risk, reason-70b is
+    violated (see controlplane/loadsim.py). The model names are the samples' own, so renamed
+    copies of the samples (the browser tests') read the same series.
+    """
+    workdir = directory / "prometheus"
+    shutil.rmtree(workdir, ignore_errors=True)  # a previous run's month would overlap this one
+    simulator = Simulator(models(load_samples()))
+    target = simulator.start()
+    prometheus = Prometheus(workdir, scrape_config=scrape_config(target))
+    try:
+        # Blocks as long as the month (not hundreds of 2-hour ones: seconds, not minutes).
+        history = history_openmetrics(simulator.model_names, simulator.started)
+        prometheus.backfill(history, max_block_duration="720h")
+        prometheus.start()
+        wait_for_scrape(prometheus.url)
+    except BaseException:
+        prometheus.stop()
+        simulator.stop()
+        raise
+    return prometheus, simulator
+
+
+def scrape_config(target: str) -> str:
+    return (
+        "scrape_configs:\n"
+        "  - job_name: vllm\n"
+        f"    scrape_interval: {SCRAPE_SECONDS}s\n"
+        "    static_configs:\n"
+        f'      - targets: ["{target}"]\n'
+    )
+
+
+def wait_for_scrape(url: str, scrapes: int = 3, timeout: float = 60) -> None:
+    """Until Prometheus has scraped the simulator a few times: a rate over the shortest window
+    (5m) needs two samples of the live series, and slo-api's first refresh comes at once."""
+    query = f"count_over_time(up[5m]) >= {scrapes} and up == 1"
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5) as http:
+        while time.monotonic() < deadline:
+            answer = http.get(f"{url}/api/v1/query", params={"query": query}).json()
+            if answer.get("data", {}).get("result"):
+                return
+            time.sleep(0.5)
+    raise StartError(f"prometheus did not scrape the load simulator in {timeout:g}s")
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -188,6 +241,7 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
     cluster = Cluster()
     service: subprocess.Popen[bytes] | None = None
     jaeger: Jaeger | None = None
+    metrics: tuple[Prometheus, Simulator] | None = None
     code = 0
     try:
         trace_env: dict[str, str] = {}
@@ -198,6 +252,8 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint,
                 "OTEL_TRACES_SAMPLER_ARG": "1.0",
             }
+        metrics = start_metrics(directory)
+        prometheus = metrics[0]
         cluster.start(kubeconfig_dir=directory)
         assert cluster.admin is not None
         assert cluster.credentials is not None
@@ -210,7 +266,11 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
             creds.slo_api_kubeconfig,
             port,
             token,
-            extra_env={"SLO_API_KUBERNETES_AUTH": "true", **trace_env},
+            extra_env={
+                "SLO_API_KUBERNETES_AUTH": "true",
+                "PROMETHEUS_URL": prometheus.url,
+                **trace_env,
+            },
         )
         wait_ready(url, service)
         env_file = directory / "env"
@@ -225,12 +285,15 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
             f"  shell:      source {env_file}\n"
             '  try:        curl -H "Authorization: Bearer $SLO_API_TOKEN" $SLO_API_URL/config\n'
             f"  kubeconfig: {creds.admin_kubeconfig} (admin; e.g. kubectl get llmslo -A)\n"
+            f"  prometheus: {prometheus.url} (a month of history, then the load simulator:\n"
+            "              chat-7b meets its SLO, code-13b is at risk, reason-70b violated;\n"
+            "              sloctl attainment, or open a route on the page)\n"
             + (
                 f"  traces:     {jaeger.query_url}/search?service=slo-api (Jaeger; every request)\n"
                 if jaeger is not None
                 else "  traces:     off (make demo TRACING=1 starts Jaeger, every request traced)\n"
             )
-            + "Ctrl-C stops slo-api and the control plane.\n",
+            + "Ctrl-C stops slo-api, the control plane and Prometheus.\n",
             flush=True,
         )
         exit_code = service.wait()
@@ -239,7 +302,7 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
         code = 1
     except KeyboardInterrupt:
         print("\nstopping slo-api and the control plane", file=sys.stderr)
-    except (StartError, ServiceError, AdminError) as exc:
+    except (StartError, ServiceError, AdminError, RuntimeError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         code = 1
     finally:
@@ -247,6 +310,9 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
         if service is not None:
             stop_service(service)
         cluster.stop()
+        if metrics is not None:
+            metrics[0].stop()
+            metrics[1].stop()
         if jaeger is not None:
             jaeger.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -203,6 +203,47 @@ def build_parser() -> argparse.ArgumentParser:
     revert.add_argument("route", help="route name")
     revert.add_argument("entry", help="the entry's ID (from `sloctl history ROUTE`)")
     _dry_run(revert)
+
+    attainment = add(
+        "attainment",
+        "show whether routes meet their SLOs: observed, error budget left, status",
+        commands.cmd_attainment,
+        "Figures come from slo-api's Prometheus. TARGET is the objective (p90<=0.8s: 90% of\n"
+        "requests within 0.8 s; otps p50>=30/s), OBSERVED the window's percentile or average\n"
+        "(~ when a threshold falls between histogram buckets and is estimated), BUDGET the\n"
+        "error budget left over the window (negative when overspent), STATUS met, at_risk\n"
+        "(burning fast now), violated or no_data. Per-range targets are listed as unmeasured:\n"
+        "vLLM's metrics carry no context length.",
+    )
+    attainment.add_argument("route", nargs="?", help="one route (default: every route)")
+    attainment.add_argument(
+        "--window", choices=("1h", "1d", "7d", "28d"), help="the SLO window (server default: 28d)"
+    )
+    attainment.add_argument(
+        "--sort",
+        choices=("budget",),
+        help="list the routes with the least budget left first (routes without one last)",
+    )
+
+    rules_parser = add(
+        "rules",
+        "write a PrometheusRule (YAML) with recording rules and burn-rate alerts for the "
+        "routes you may read",
+        commands.cmd_rules,
+        "For each percentile objective of a route's ttft/otps defaults: the error ratio over\n"
+        "5m, 30m, 1h, 6h and 3d (slo:sli_error:ratio_rate<w>) from vLLM's histograms, and two\n"
+        "alerts labelled route, metric, type: SLOErrorBudgetBurnFast (severity page: burn rate\n"
+        "above 14.4 over 1h and 5m, or above 6 over 6h and 30m) and SLOErrorBudgetBurnSlow\n"
+        "(ticket: above 1 over 3d and 6h). The series of a route are the ones slo-api names\n"
+        "(its selectors). A threshold between bucket bounds is counted at the bound below it\n"
+        "(conservative; each alert's threshold_bucket annotation says so). Averages and job\n"
+        "routes have no error budget and get no rules (named on stderr).\n"
+        "  sloctl rules > slo-rules.yaml && kubectl apply -f slo-rules.yaml",
+    )
+    rules_parser.add_argument(
+        "--name", default="slo-api-objectives", help="the PrometheusRule's name"
+    )
+    rules_parser.add_argument("--namespace", help="the PrometheusRule's namespace")
     return parser
 
 

@@ -91,18 +91,39 @@ class SloClient:
 
     def list_summaries(self, kind: str | None = None) -> list[Body]:
         """Every route summary, walking the pages until `total` items are read."""
+        return self._routes_pages("/config", {"kind": kind} if kind else {}, "/config")
+
+    def full_routes(self) -> list[Body]:
+        """Every visible route's whole body (`GET /config?view=full`)."""
+        return self._routes_pages("/config", {"view": "full"}, "/config?view=full")
+
+    def attainment(self, route: str, window: str | None = None) -> Body:
+        """Whether one route meets its objectives (`GET /routes/{route}/attainment`)."""
+        params: dict[str, str | int] = {"window": window} if window else {}
+        path = self._route_path(route) + "/attainment"
+        return self._json_object(self._send("GET", path, params=params or None))
+
+    def attainment_list(self, window: str | None = None, by_budget: bool = False) -> list[Body]:
+        """Every visible route's attainment without series (`GET /config?view=attainment`)."""
+        params: dict[str, str | int] = {"view": "attainment"}
+        if window:
+            params["window"] = window
+        if by_budget:
+            params["sort"] = "budget"
+        return self._routes_pages("/config", params, "attainment")
+
+    def _routes_pages(self, path: str, params: dict[str, str | int], what: str) -> list[Body]:
+        """Every item of a paged route listing, read until `total`; each route once."""
         items: list[Body] = []
         seen: set[str] = set()
         page = 1
         while True:
-            params: dict[str, str | int] = {"page": page, "pageSize": PAGE_SIZE}
-            if kind:
-                params["kind"] = kind
-            data = self._json_object(self._send("GET", "/config", params=params))
+            query: dict[str, str | int] = {**params, "page": page, "pageSize": PAGE_SIZE}
+            data = self._json_object(self._send("GET", path, params=query))
             batch, total = data.get("items"), data.get("total")
             if not isinstance(batch, list) or not isinstance(total, int):
                 raise CliError(
-                    "the server's /config answer has no items/total; is --server an slo-api?",
+                    f"the server's {what} answer has no items/total; is --server an slo-api?",
                     ExitCode.SERVER,
                 )
             for item in batch:

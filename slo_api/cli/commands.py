@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from slo_api.cli import output
+from slo_api.cli import output, rules
 from slo_api.cli.client import Body, SloClient, StreamLost
 from slo_api.cli.errors import CliError, ExitCode, usage
 from slo_api.cli.keys import apply_assignment, changed_fields, parse_assignment
@@ -326,6 +326,31 @@ def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
         show_changes(current, stored)
     else:
         show(stored, args.output)
+    return ExitCode.OK
+
+
+def cmd_attainment(client: SloClient, args: argparse.Namespace) -> int:
+    if args.route is not None:
+        if args.sort:
+            raise usage("--sort orders the list of routes: leave out ROUTE")
+        items = [client.attainment(args.route, args.window)]
+    else:
+        items = client.attainment_list(args.window, by_budget=args.sort == "budget")
+    for note in output.source_notes(items):
+        warn(note)
+    show_list(items, args.output, output.attainment_table, "no routes found")
+    return ExitCode.OK
+
+
+def cmd_rules(client: SloClient, args: argparse.Namespace) -> int:
+    found, skipped = rules.objectives(client.full_routes(), client.attainment_list())
+    for reason in skipped:
+        warn(f"no rules for {reason}")
+    if not found:
+        warn("no percentile objective to make rules for")
+    document = rules.prometheus_rule(found, args.name, args.namespace)
+    # YAML unless JSON is asked for: there is no table of a PrometheusRule.
+    show(document, "json" if args.output == "json" else "yaml")
     return ExitCode.OK
 
 

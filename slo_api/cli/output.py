@@ -245,3 +245,104 @@ def history_table(entries: Sequence[dict[str, Any]]) -> str:
             ]
         )
     return columns(rows)
+
+
+# -- attainment --------------------------------------------------------------------------------
+
+# How each metric's threshold reads: TTFT at most T seconds, OTPS at least T tokens a second,
+# a job's queue at most maxDepth.
+_SIGN = {"ttft": ("<=", "s"), "otps": (">=", "/s"), "queue": ("<=", "")}
+
+
+def _figure(value: Any, unit: str) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return MISSING
+    return f"{value:.3g}{unit}"
+
+
+def _target(objective: dict[str, Any]) -> str:
+    sign, unit = _SIGN.get(str(objective.get("metric")), ("", ""))
+    kind = objective.get("type")
+    name = "" if kind == "maxDepth" else _cell(kind)
+    return f"{name}{sign}{_figure(objective.get('threshold'), unit)}"
+
+
+def _budget(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return MISSING
+    return f"{value * 100:.1f}%"
+
+
+def _range(value: Any) -> str:
+    if isinstance(value, dict):
+        low = value.get("contextLengthRangeLow", value.get("low"))
+        high = value.get("contextLengthRangeHigh", value.get("high"))
+        return f"[{_cell(low)},{'' if high is None else scalar(high)})"
+    return _cell(value)
+
+
+def attainment_rows(item: dict[str, Any]) -> list[list[str]]:
+    """One route's table rows: each objective, then each target that cannot be measured.
+
+    A route with nothing to show is one row: with the source's status when it could not be
+    asked (not configured, or unavailable before any good answer).
+    """
+    route = _cell(item.get("route"))
+    source = item.get("source") if isinstance(item.get("source"), dict) else {}
+    assert isinstance(source, dict)
+    rows: list[list[str]] = []
+    for obj in item.get("objectives") or []:
+        if not isinstance(obj, dict):
+            continue
+        _, unit = _SIGN.get(str(obj.get("metric")), ("", ""))
+        observed = _figure(obj.get("observed"), unit)
+        if obj.get("estimated") and observed != MISSING:
+            observed = "~" + observed
+        rows.append(
+            [
+                route,
+                _cell(obj.get("metric")),
+                _target(obj),
+                observed,
+                _budget(obj.get("budgetRemaining")),
+                _cell(obj.get("status")),
+            ]
+        )
+    for gap in item.get("unmeasured") or []:
+        if isinstance(gap, dict):
+            where = _range(gap.get("range"))
+            rows.append([route, _cell(gap.get("metric")), where, MISSING, MISSING, "unmeasured"])
+    if not rows:
+        # Nothing to measure says nothing; a source that could not be asked says why.
+        said = source.get("status")
+        rows.append(
+            [route, MISSING, MISSING, MISSING, MISSING, _cell(None if said == "ok" else said)]
+        )
+    return rows
+
+
+def attainment_table(items: Sequence[dict[str, Any]]) -> str:
+    rows = [["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS"]]
+    for item in items:
+        rows.extend(attainment_rows(item))
+    return columns(rows)
+
+
+def source_notes(items: Sequence[dict[str, Any]]) -> list[str]:
+    """What to say of the figures' source when it is unavailable: why, and how old they are.
+
+    Once per distinct reason: every route reads the same Prometheus.
+    """
+    routes: dict[str, list[str]] = {}
+    for item in items:
+        source = item.get("source")
+        if not isinstance(source, dict) or source.get("status") != "unavailable":
+            continue
+        as_of = source.get("asOf")
+        kept = f"figures as of {scalar(as_of)}" if as_of else "no figures yet"
+        note = f"Prometheus unavailable ({_cell(source.get('reason'))}); {kept}"
+        routes.setdefault(note, []).append(_cell(item.get("route")))
+    return [
+        f"{names[0]}: {note}" if len(names) == 1 else f"{note} ({len(names)} routes)"
+        for note, names in routes.items()
+    ]

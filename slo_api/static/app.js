@@ -7,7 +7,7 @@
 import { state, on } from "./state.js";
 import { $ } from "./dom.js";
 import { setStatus, describe, handleCommon } from "./status.js";
-import { fetchSummaries, replaceRoutes } from "./routes.js";
+import { fetchSummaries, fetchByBudget, budgetOf, replaceRoutes } from "./routes.js";
 import { renderList, markSelected } from "./list.js";
 import { initToken, tokenRejected } from "./token.js";
 import { selectRoute, showPlaceholder, routeChanged, save, resetRoute } from "./editor.js";
@@ -25,8 +25,26 @@ async function loadRoutes() {
     return;
   }
   const items = result.items;
+  if (state.sort === "budget") await loadBudgets();
   replaceRoutes(items);
   setStatus("Loaded " + items.length + " route" + (items.length === 1 ? "" : "s") + ".", "info");
+}
+
+// The list's budget order, read when it is asked for (and with every reload while it is).
+async function loadBudgets() {
+  const result = await fetchByBudget();
+  if (!result.ok) {
+    state.budgets = null;
+    if (!handleCommon(result)) setStatus("Could not sort by budget: " + describe(result.error), "error");
+    return;
+  }
+  state.budgets = new Map(result.items.map((item, rank) => [item.route, { rank, ...budgetOf(item) }]));
+}
+
+async function sortChanged() {
+  state.sort = $("sort").value;
+  if (state.sort === "budget" && state.token) await loadBudgets();
+  renderList();
 }
 
 function wire() {
@@ -54,6 +72,7 @@ function init() {
   initToken();
   $("kind-filter").addEventListener("change", renderList);
   $("search").addEventListener("input", renderList);
+  $("sort").addEventListener("change", sortChanged);
   $("refresh").addEventListener("click", () => loadRoutes());
   renderList();
   if (!state.token) {

@@ -11,6 +11,7 @@ import { buildBody } from "./body.js";
 import { clearFieldErrors, showErrors } from "./field-errors.js";
 import { renderEditor } from "./form.js";
 import { showHistory } from "./history.js";
+import { showAttainment, clearAttainment } from "./attainment.js";
 import { managedChanges, fromCauses, refusal, forceWarning } from "./managed.js";
 
 export function dirty() {
@@ -56,11 +57,13 @@ export function loadInto(result) {
   state.etag = result.headers.get("ETag");
   renderEditor();
   showHistory(result.data.route, { reload: (route) => selectRoute(route, true), writing });
+  showAttainment(result.data.route);
 }
 
 export function showPlaceholder(text) {
   $("editor-body").replaceChildren(h("p", { class: "hint", text }));
   $("history-body").replaceChildren();
+  clearAttainment();
 }
 
 // Numbers become strings while they are edited, so a half-typed value is kept as typed.

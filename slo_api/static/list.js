@@ -2,6 +2,7 @@
 
 import { KIND_LABELS, state, emit } from "./state.js";
 import { $, h } from "./dom.js";
+import { STATUS_LABELS, budgetText } from "./attainment.js";
 
 export function boundText(bound) {
   return bound ? bound.value + " " + bound.type : "none"; // the server names the type
@@ -19,10 +20,29 @@ export function summaryText(item) {
   return "priority " + item.priority + " · " + boundText(item.minimumDeployment) + " – " + max;
 }
 
+// By name (the model's order), or by the server's budget order: routes it gave no rank (pools,
+// routes added since) after those it ranked, by name.
+function ordered(routes) {
+  const budgets = state.sort === "budget" ? state.budgets : null;
+  if (!budgets) return routes;
+  const rank = (item) => (budgets.has(item.route) ? budgets.get(item.route).rank : Infinity);
+  return routes.slice().sort((a, b) => rank(a) - rank(b));
+}
+
+function budgetMeta(item) {
+  const known = state.sort === "budget" && state.budgets ? state.budgets.get(item.route) : null;
+  if (!known) return null;
+  const budget = budgetText(known.budget);
+  return h("span", { class: "route-budget" },
+    known.status ? h("span", { class: "badge status-badge status-" + known.status,
+                               text: STATUS_LABELS[known.status] || known.status }) : null,
+    " " + budget);
+}
+
 export function renderList() {
   const kind = $("kind-filter").value;
   const needle = $("search").value.trim().toLowerCase();
-  const shown = state.routes.filter((item) => {
+  const shown = ordered(state.routes).filter((item) => {
     if (needle && !String(item.route).toLowerCase().includes(needle)) return false;
     if (!kind) return true;
     if (kind === "ambiguous") return !!item.ambiguous;
@@ -45,7 +65,8 @@ export function renderList() {
     },
     h("span", { class: "route-name", text: item.route }),
     h("span", { class: "badge badge-" + (item.ambiguous ? "ambiguous" : item.kind), text: badge }),
-    h("span", { class: "route-meta", text: summaryText(item) }));
+    h("span", { class: "route-meta", text: summaryText(item) }),
+    budgetMeta(item));
     return h("li", {}, button);
   }));
   if (!shown.length) {

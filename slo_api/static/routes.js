@@ -8,9 +8,35 @@ import { summaryFields } from "./schema.js";
 // Every summary, page by page until `total` are read: { ok: true, items }, or the failed
 // answer of the page that could not be read.
 export async function fetchSummaries() {
+  return fetchPages("config?");
+}
+
+// Every route's attainment in the server's budget order (least left first, none last):
+// { ok: true, items } as fetchSummaries.
+export async function fetchByBudget() {
+  return fetchPages("config?view=attainment&sort=budget&");
+}
+
+// A route's lowest budget left and its worst status, from an attainment item.
+const SEVERITY = { violated: 3, at_risk: 2, met: 1, no_data: 0 };
+export function budgetOf(item) {
+  let budget = null;
+  let status = null;
+  for (const obj of item.objectives || []) {
+    if (typeof obj.budgetRemaining === "number" && (budget === null || obj.budgetRemaining < budget)) {
+      budget = obj.budgetRemaining;
+    }
+    if (obj.status && (status === null || (SEVERITY[obj.status] || 0) > (SEVERITY[status] || 0))) {
+      status = obj.status;
+    }
+  }
+  return { budget, status };
+}
+
+async function fetchPages(query) {
   const items = [];
   for (let page = 1; page <= 1000; page++) {
-    const result = await api("GET", "config?page=" + page + "&pageSize=" + PAGE_SIZE);
+    const result = await api("GET", query + "page=" + page + "&pageSize=" + PAGE_SIZE);
     if (!result.ok) return result;
     const body = result.data || {};
     const got = Array.isArray(body.items) ? body.items : [];

@@ -21,6 +21,8 @@ export const state = {
   seq: 0,
   writing: false, // a PUT or DELETE of the open route is in flight
   missed: null, // the live change to the open route that arrived meanwhile
+  sort: "name", // or "budget": the order of GET config?view=attainment&sort=budget
+  budgets: null, // route -> { rank, budget, status } while the list is sorted by budget
 };
 
 // -- events (app.js names who listens to what)

@@ -32,6 +32,7 @@ from controlplane.demo import (
     ServiceError,
     apply_samples,
     load_samples,
+    start_metrics,
     start_service,
     stop_service,
     wait_ready,
@@ -206,9 +207,22 @@ class Service:
 
 
 @pytest.fixture(scope="session")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The demo's Prometheus: a month of the samples' history, then the load simulator's
+    (chat-7b met, code-13b at risk, reason-70b violated; renamed samples keep their models)."""
+    prometheus, simulator = start_metrics(tmp_path_factory.mktemp("metrics"))
+    try:
+        yield prometheus.url
+    finally:
+        prometheus.stop()
+        simulator.stop()
+
+
+@pytest.fixture(scope="session")
 def service(
     cluster: Cluster,
     samples: Samples,
+    prometheus_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
     assert cluster.credentials is not None
@@ -216,7 +230,13 @@ def service(
     token = secrets.token_urlsafe(24)
     log_path = tmp_path_factory.mktemp("slo-api") / "slo-api.log"
     with log_path.open("wb") as log:
-        process = start_service(cluster.credentials.slo_api_kubeconfig, port, token, stdout=log)
+        process = start_service(
+            cluster.credentials.slo_api_kubeconfig,
+            port,
+            token,
+            stdout=log,
+            extra_env={"PROMETHEUS_URL": prometheus_url},
+        )
     svc = Service(f"http://127.0.0.1:{port}", token, log_path, process)
     try:
         try:

@@ -77,6 +77,8 @@ def test_llm_ttft_threshold_is_saved_and_shown_after_reload(
     page.reload()  # the token stays in sessionStorage and the route in the URL fragment
     expect(field(page, "ttft.default.metrics.0.threshold")).to_have_value("0.65")
     expect(route_button(page, route)).to_have_attribute("aria-current", "true")
+    # The picture shows the route's attainment too, once it is drawn.
+    expect(page.locator("#attainment-body li.objective").first).to_be_visible()
     screenshot(page, screenshot_dir, "llm-route-edited")
     update_docs_screenshot(page)
 

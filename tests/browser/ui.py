@@ -65,11 +65,22 @@ def screenshot(page: Page, directory: Path, name: str) -> Path:
     return path
 
 
-def update_docs_screenshot(page: Page) -> None:
-    """Replaces docs/demo-webui.png, only when SLO_API_UPDATE_SCREENSHOT=1."""
+def update_docs_screenshot(page: Page, path: Path = DOCS_SCREENSHOT) -> None:
+    """Replaces docs/demo-webui.png (or another picture in docs/), only when
+    SLO_API_UPDATE_SCREENSHOT=1."""
     if updating_docs_screenshot():
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(DOCS_SCREENSHOT), full_page=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
+
+
+def attainment(page: Page) -> Locator:
+    """The open route's attainment section."""
+    return page.get_by_role("region", name="Attainment")
+
+
+def objective(page: Page, metric: str, kind: str) -> Locator:
+    """One objective of the open route: its target, figures, status and chart."""
+    return attainment(page).locator(f'li.objective[data-metric="{metric}"][data-type="{kind}"]')
 
 
 def updating_docs_screenshot() -> bool:

@@ -1,0 +1,116 @@
+"""The page's attainment figures, loaded alone in Node: what a chart draws from a series and a
+target, how a budget and a target read, and the list's budget order from an attainment item."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slo_api.api.health import MODULES, STATIC
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="needs node (the page's modules run in it)")
+
+DRIVER = """
+import { readFileSync } from "node:fs";
+const input = JSON.parse(readFileSync(0, "utf8"));
+globalThis.location = { pathname: "/demo-webui" };
+globalThis.sessionStorage = { getItem: () => "" };
+const a = await import("./attainment.js");
+const { budgetOf } = await import("./routes.js");
+const box = { width: 100, height: 60, left: 0, right: 0, top: 0, bottom: 0 };
+console.log(JSON.stringify({
+  charts: input.charts.map(([series, threshold]) => a.chartGeometry(series, threshold, box)),
+  targets: input.objectives.map(a.targetText),
+  budgets: input.budgets.map(a.budgetText),
+  ranks: input.items.map(budgetOf),
+}));
+"""
+
+
+def run_page(tmp_path: Path, **input: Any) -> dict[str, Any]:
+    assert NODE is not None
+    for name in MODULES:
+        (tmp_path / name).write_text((STATIC / name).read_text())
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "driver.js").write_text(DRIVER)
+    base: dict[str, list[Any]] = {"charts": [], "objectives": [], "budgets": [], "items": []}
+    done = subprocess.run(
+        [NODE, "driver.js"],
+        cwd=tmp_path,
+        input=json.dumps({**base, **input}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_a_chart_draws_the_series_against_the_target_with_gaps_where_no_requests_came(
+    tmp_path: Path,
+) -> None:
+    # Values up to 1.0 against a target of 2: the scale tops out at 2 * 1.15.
+    series = [[0, 0.5], [100, None], [200, 1.0], [300, 0.0], [400, None], [500, 0.25]]
+    (chart,) = run_page(tmp_path, charts=[[series, 2.0]])["charts"]
+    top = 2.0 * 1.15
+    assert chart["top"] == pytest.approx(top)
+    assert chart["targetY"] == pytest.approx(60 - 2.0 / top * 60)
+    # x: 500 s across 100 units. A step without requests lifts the pen: the line does not
+    # pretend to know it; a point alone between gaps is a dot.
+    assert chart["path"] == f"M40.0 {60 - 1.0 / top * 60:.1f} L60.0 60.0"
+    assert chart["dots"] == [
+        ["0.0", f"{60 - 0.5 / top * 60:.1f}"],
+        ["100.0", f"{60 - 0.25 / top * 60:.1f}"],
+    ]
+    assert (chart["low"], chart["high"], chart["count"]) == (0.0, 1.0, 4)
+
+
+def test_an_empty_series_draws_only_the_target(tmp_path: Path) -> None:
+    (chart,) = run_page(tmp_path, charts=[[[], 0.8]])["charts"]
+    assert (chart["path"], chart["dots"], chart["count"], chart["low"]) == ("", [], 0, None)
+    assert chart["top"] == pytest.approx(0.8 * 1.15)
+
+
+def test_targets_and_budgets_read_as_a_person_says_them(tmp_path: Path) -> None:
+    got = run_page(
+        tmp_path,
+        objectives=[
+            {"metric": "ttft", "type": "p90", "threshold": 0.8},
+            {"metric": "otps", "type": "p50", "threshold": 30},
+            {"metric": "queue", "type": "maxDepth", "threshold": 20},
+        ],
+        budgets=[0.732, -0.5, None],
+    )
+    assert got["targets"] == ["p90 ≤ 0.8 s", "p50 ≥ 30 tok/s", "depth ≤ 20"]
+    assert got["budgets"] == [
+        "73.2% of budget left",
+        "budget overspent by 50.0%",
+        "no error budget",
+    ]
+
+
+def test_a_route_ranks_by_its_lowest_budget_and_shows_its_worst_status(tmp_path: Path) -> None:
+    items = [
+        {
+            "objectives": [
+                {"budgetRemaining": 0.4, "status": "at_risk"},
+                {"budgetRemaining": -0.2, "status": "violated"},
+                {"budgetRemaining": None, "status": "met"},
+            ]
+        },
+        {"objectives": [{"budgetRemaining": None, "status": "no_data"}]},
+        {"objectives": []},
+    ]
+    assert run_page(tmp_path, items=items)["ranks"] == [
+        {"budget": -0.2, "status": "violated"},
+        {"budget": None, "status": "no_data"},
+        {"budget": None, "status": None},
+    ]
