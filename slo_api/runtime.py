@@ -67,6 +67,7 @@ class Runtime:
             bookmark_seconds=settings.watch_bookmark_seconds,
             access_seconds=settings.watch_access_seconds,
             flush_seconds=settings.watch_flush_seconds,
+            lifetime_seconds=settings.watch_lifetime_seconds,
             by=self.history.by,
         )
         # The pages and their ETags follow the feed's change log: the one change signal.
