@@ -77,11 +77,11 @@ def findings(tree: ast.Module, own: set[str], where: str) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2:
                 key = node.args[1]
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    if key.value in INTROSPECTION or (
-                        key.value.startswith("_") and key.value not in own | ALLOWED
-                    ):
-                        flag(node, f"{node.func.id} of {key.value}")
+                text = key.value if isinstance(key, ast.Constant) else None
+                if isinstance(text, str) and (
+                    text in INTROSPECTION or (text.startswith("_") and text not in own | ALLOWED)
+                ):
+                    flag(node, f"{node.func.id} of {text}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if _internal_module(alias.name):
@@ -119,7 +119,7 @@ def test_slo_api_uses_no_private_attribute_or_module_of_its_web_and_http_librari
 
 # What slo-api once did (the direct writes onto uvicorn's request cycle, and the seam's
 # session setting): the scan must see each.
-DIRECT_WRITE = '''
+DIRECT_WRITE = """
 from starlette.types import Send
 
 _HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
@@ -131,7 +131,7 @@ def write_now(send: Send):
         return None
     transport, flow = cycle.transport, cycle.flow
     return transport.write
-'''
+"""
 TRUST_ENV = """
 def connect(api_client):
     api_client.rest_client.pool_manager._trust_env = False
