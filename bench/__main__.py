@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench import cores, fanout, load, populate, scenarios
+from bench import cores, fanout, flush_ratio, load, populate, scenarios
 from bench.report import fanout_runs, render
 from controlplane import fleet
 from controlplane.cluster import Cluster
@@ -158,9 +158,9 @@ def main() -> int:
     parser.add_argument("--create-concurrency", type=int, default=16)
     parser.add_argument(
         "--only",
-        choices=("fanout", "kubernetes", "history", "attainment"),
-        help="run only this scenario (kubernetes, history, attainment: at the smallest size) and "
-        "merge its "
+        choices=("fanout", "kubernetes", "history", "attainment", "flush"),
+        help="run only this scenario (kubernetes, history, attainment: at the smallest size; "
+        "flush: the in-process flush through ASGI against its floor, no control plane) and merge its "
         "figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument(
@@ -181,6 +181,8 @@ def main() -> int:
         return run_history(args, sizes[0], settings)
     if args.only == "attainment":
         return run_attainment(args, sizes[0], settings)
+    if args.only == "flush":
+        return run_flush(args)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -263,6 +265,7 @@ def main() -> int:
     finally:
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    results["flush"] = _flush(args)
     results["total_seconds"] = time.perf_counter() - began
     _carry_over(args.json, results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
@@ -355,6 +358,30 @@ def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) 
         shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["sizes"][str(size)]["kubernetes"] = entry
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
+def _flush(args: argparse.Namespace) -> dict[str, Any]:
+    counts = _counts(args.watchers) or [1000, 5000]
+    log(f"a flush through ASGI against a bare transport.write, in-process: {counts} streams")
+    result = flush_ratio.run(counts, flush_ratio.REPS)
+    for count, r in result["runs"].items():
+        log(
+            f"flush to {int(count):,} streams: {r['asgi_us_per_stream']:.1f} us a stream through "
+            f"ASGI, {r['floor_us_per_stream']:.1f} us bare: {r['ratio']:.2f}x (goal <= "
+            f"{r['goal']:g}x: {'met' if r['met'] else 'NOT met'})"
+        )
+    return result
+
+
+def run_flush(args: argparse.Namespace) -> int:
+    """The in-process flush ratio alone, merged into the results of the last full run."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    results["flush"] = _flush(args)
     _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))

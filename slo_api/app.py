@@ -10,8 +10,9 @@ from fastapi import FastAPI
 
 from slo_api import __version__, tracing
 from slo_api.api import docs, errors, health, routes
-from slo_api.api.middleware import App, RequestMiddleware
+from slo_api.api.middleware import RequestMiddleware
 from slo_api.api.schema import add_components
+from slo_api.api.watch import quiet_cut_streams
 from slo_api.auth import TokenStore
 from slo_api.metrics import Metrics
 from slo_api.runtime import KubeFactory, Runtime, connect_kube
@@ -48,7 +49,7 @@ def create_app(
             await runtime.stop()
             tracing.shutdown()
 
-    app = App(
+    app = FastAPI(
         title="slo-api",
         version=__version__,
         description=DESCRIPTION,
@@ -70,6 +71,7 @@ def create_app(
     if settings.docs_enabled:
         app.include_router(docs.router)
     app.add_middleware(RequestMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    quiet_cut_streams()
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

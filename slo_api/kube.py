@@ -45,6 +45,8 @@ from slo_api import tracing
 
 Obj = dict[str, Any]
 Observer = Callable[[str, str, float], None]
+# kubernetes_asyncio's read buffer: a watch event of a large object is one line.
+READ_BUFSIZE = 2**21
 
 # What the API server writes when an admission policy or webhook, not RBAC, refused a request;
 # the match starts where the policy's own words start (after `<kind> "<name>" is forbidden: `).
@@ -278,7 +280,13 @@ class Kube:
             # variables and reads the netrc file (in a worker thread) on every request. When
             # there is neither, those look-ups can only find nothing: skip them. Read once,
             # like the kubeconfig; a proxy set in the environment keeps the old behaviour.
-            api_client.rest_client.pool_manager._trust_env = False
+            # The same connector (its TLS context, its limit) under a session that does not.
+            rest = api_client.rest_client
+            trusting = rest.pool_manager
+            rest.pool_manager = aiohttp.ClientSession(
+                connector=trusting.connector, trust_env=False, read_bufsize=READ_BUFSIZE
+            )
+            trusting.detach()  # the connector now belongs to the new session
         return cls(api_client, request_timeout, observe)
 
     async def close(self) -> None:

@@ -89,6 +89,7 @@ class Runtime:
             access_seconds=settings.watch_access_seconds,
             review_grace_seconds=settings.watch_review_grace_seconds,
             flush_seconds=settings.watch_flush_seconds,
+            lifetime_seconds=settings.watch_lifetime_seconds,
             by=self.history.by,
         )
         # The pages and their ETags follow the feed's change log: the one change signal.

@@ -183,7 +183,17 @@ class Settings(BaseSettings):
         90, gt=0, description="A watch with no event or bookmark for this long is reconnected."
     )
     watch_bookmark_seconds: float = Field(
-        15, gt=0, description="How often an open `GET /config?watch=true` stream gets a BOOKMARK."
+        5,
+        gt=0,
+        description="How often an open `GET /config?watch=true` stream gets a BOOKMARK: with "
+        "every write, how soon a stream whose client is gone without a word is noticed.",
+    )
+    watch_lifetime_seconds: float = Field(
+        1800,
+        gt=0,
+        description="Longest life of one `GET /config?watch=true` stream, randomised up to "
+        "twice that (as the API server's watch timeout): it then ends with a final BOOKMARK "
+        "and the client resumes from it. Bounds what a client gone unnoticed can hold.",
     )
     watch_flush_seconds: float = Field(
         0.1,

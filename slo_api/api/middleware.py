@@ -1,5 +1,5 @@
-"""The application's outer layers: its entry (the server's `send` kept for change streams),
-then request ids, the body-size limit, request metrics and one log line."""
+"""The application's outer layer: request ids, the body-size limit, request metrics and one
+log line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import re
 import time
 
-from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from slo_api import tracing
@@ -28,20 +27,6 @@ _NOSNIFF = (b"x-content-type-options", b"nosniff")
 # Where the auth dependency leaves who called, for the request log line: the scope outlives
 # the endpoint, while a context variable set in a dependency would not reach this middleware.
 CALLER_SCOPE_KEY = "slo_api.caller"
-# A scope key: the server's own `send`, left there by the application's entry (App). A
-# change stream writes its body through it (or straight to the connection, see
-# direct_write), past every layer, these included, that only looks at the response's start:
-# thousands of streams writing every flush would otherwise pay each layer's call per write.
-RAW_SEND = "slo_api.raw_send"
-
-
-class App(FastAPI):
-    """FastAPI, leaving the server's own `send` in the scope (RAW_SEND) for change streams:
-    Starlette puts its error middleware outside every layer added, so no middleware gets it."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[RAW_SEND] = send
-        await super().__call__(scope, receive, send)
 
 
 class RequestMiddleware:

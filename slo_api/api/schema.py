@@ -273,7 +273,10 @@ WATCH_EVENT = {
         "One change. ADDED, MODIFIED and DELETED carry `route` and `object` (the /config item "
         "in the chosen view; for DELETED, as it last was). The stream opens with one ADDED per "
         "route, then a BOOKMARK with `initial: true`; BOOKMARKs follow every "
-        "WATCH_BOOKMARK_SECONDS. ERROR is the last line of a stream the server ended."
+        "WATCH_BOOKMARK_SECONDS. A stream the server ends in order (its lifetime, "
+        "WATCH_LIFETIME_SECONDS, is over, or the server stops) ends with a BOOKMARK with "
+        "`final: true`: resume from its revision. ERROR is the last line of a stream the "
+        "server ended for a reason of its own."
     ),
     "required": ["type"],
     "properties": {
@@ -298,6 +301,10 @@ WATCH_EVENT = {
         },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
         "initial": {"type": "boolean"},
+        "final": {
+            "type": "boolean",
+            "description": "The stream's last line: resume with since=<its revision>.",
+        },
         "error": {
             "type": "object",
             "description": "ERROR: why the stream ended. too_slow: it fell further behind "

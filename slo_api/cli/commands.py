@@ -81,6 +81,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
     since: str | None = None
     delay = 0.5
     connected_once = False
+    ended_in_order = False  # the last stream ended with a final bookmark
     printed: dict[str, Any] = {}  # route -> the object last printed for it
     shape = client.summary_fields() if args.output == "table" else {}
     while True:
@@ -89,6 +90,7 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
         resumable = since is not None
         # Starting over after having printed: collect the state, then print the difference.
         snapshot: dict[str, Any] | None = None if resumable or not connected_once else {}
+        ended_in_order = False
         try:
             for event in client.watch(args.kind, since):
                 connected_once = True
@@ -111,6 +113,11 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                         snapshot = None
                 if resumable and isinstance(revision, str):
                     since = revision
+                if kind == "BOOKMARK" and event.get("final") and since is not None:
+                    # The server ended the stream in order (its lifetime is over, or it
+                    # stops): resume from here at once, nothing lost.
+                    ended_in_order = True
+                    break
                 if kind == "BOOKMARK":
                     continue
                 route = event.get("route")
@@ -137,6 +144,8 @@ def cmd_watch(client: SloClient, args: argparse.Namespace) -> int:
                 warn(f"{exc.message}; retrying in {delay:g}s")
             else:
                 raise
+        if ended_in_order:
+            continue
         time.sleep(delay)
         delay = min(RECONNECT_MAX_SECONDS, delay * 2)
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
 from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History
-from slo_api.feed.pump import Pump, Write, WriteNow
+from slo_api.feed.pump import Pump, Write
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
 from slo_api.service import Allowed, Service, shown
@@ -54,6 +55,7 @@ class Feed:
         access_seconds: float = 10.0,
         review_grace_seconds: float = 300.0,
         flush_seconds: float = FLUSH_SECONDS,
+        lifetime_seconds: float = 1800.0,
         by: Callable[[int], object] | None = None,
     ) -> None:
         self.service = service
@@ -67,6 +69,7 @@ class Feed:
         self.registry = Registry(max_streams, streams_per_identity, review_grace_seconds)
         self.bookmark_seconds = bookmark_seconds
         self.access_seconds = access_seconds
+        self.lifetime_seconds = lifetime_seconds
         self.closing = False
         # The summary view (what programs follow) from the start, so a stream moved here from
         # another replica finds the history it resumes in; the full view from its first
@@ -210,6 +213,12 @@ class Feed:
         self.metrics.watchers_dropped.labels(code).inc()
         return True
 
+    def retire(self, stream: Stream) -> None:
+        """End a stream whose lifetime is over with a last bookmark of where it got to."""
+        stream.retired = True
+        if stream.finished is not None and not stream.finished.done():
+            stream.finished.set_result(None)  # its task writes the last line
+
     def gone(self, stream: Stream) -> None:
         """The client went away."""
         stream.gone = True
@@ -236,17 +245,21 @@ class Feed:
                         "watch again without since",
                     )
 
-    async def serve(self, stream: Stream, write: Write, write_now: WriteNow | None = None) -> None:
-        """Write the stream's events until it is ended or the feed closes.
+    async def serve(self, stream: Stream, write: Write) -> None:
+        """Write the stream's events until it is ended, its lifetime is over or the feed
+        closes.
 
         The stream's own task writes its initial state; after it, the flusher writes to it
-        (see `_deliver`: with `write_now` when that takes the bytes, else with `write`) and
-        the task only waits for the stream to be over. `Feed.end` cancels the task running
-        this (the caller catches that cancellation when `stream.cancelled` says it was the
-        feed's).
+        (see `_deliver`) and the task only waits for the stream to be over. `Feed.end`
+        cancels the task running this (the caller catches that cancellation when
+        `stream.cancelled` says it was the feed's). A write that fails raises here.
         """
         stream.task = asyncio.current_task()
         stream.serving = True
+        # Randomised like the API server's watch timeout: streams opened together (after a
+        # rollout) do not all come back together.
+        life = self.lifetime_seconds * (1 + random.random())
+        lifetime = asyncio.get_running_loop().call_later(life, self.retire, stream)
         try:
             if stream.sse:
                 await write(framing.preamble(True))
@@ -254,14 +267,15 @@ class Feed:
                 if not await self._asked_everywhere(stream):
                     return  # ended: its task writes the ERROR line
                 await self._initial(stream, write)
-            if self.closing:
+            if self.closing or stream.retired:
                 return
-            stream.write, stream.write_now = write, write_now
+            stream.write = write
             finished = stream.finished = asyncio.get_running_loop().create_future()
             self.flusher.join(stream)
             self._deliver(stream)  # what came meanwhile, or all after a resume's position
             await finished
         finally:
+            lifetime.cancel()
             self.flusher.leave(stream)
             if stream.pump is not None:
                 self._waiting.pop(stream.pump, None)
@@ -289,13 +303,13 @@ class Feed:
         nothing more until it is done: the history keeps what follows (bounded in bytes: a
         stream that falls behind what it keeps is ended), never a queue per stream.
         """
-        finished, write, write_now = stream.finished, stream.write, stream.write_now
+        finished, write = stream.finished, stream.write
         if finished is None or finished.done() or write is None or stream.pump is not None:
             return 0
         flusher, changelog = self.flusher, self.log
         sent = 0
         while True:
-            if self.closing or stream.ended is not None:
+            if self.closing or stream.ended is not None or stream.retired:
                 finished.set_result(None)  # ended: its task writes the last line
                 return sent
             if stream.cursor < changelog.seq:
@@ -313,9 +327,6 @@ class Feed:
             else:
                 return sent
             sent += count
-            if write_now is not None and write_now(chunk):
-                stream.written = upto
-                continue
             pump = Pump(write(chunk), self._written)
             if pump.error is not None:
                 _fail(finished, pump.error)
@@ -429,7 +440,8 @@ class Feed:
         stream.written = at
 
     def tail(self, stream: Stream) -> bytes:
-        """The stream's last bytes: its ERROR line, or a bookmark of where it got to."""
+        """The stream's last bytes: its ERROR line, or a final bookmark of where it got to
+        (its lifetime is over, or the server stops): the place to resume from."""
         written = None if stream.written is None else self.log.revision(stream.written)
         if stream.ended is not None:
             code, message = stream.ended
@@ -440,7 +452,7 @@ class Feed:
             return error
         if written is None:
             return b""
-        return framing.bookmark(written, stream.sse)
+        return framing.bookmark(written, stream.sse, final=True)
 
 
 def _fail(finished: asyncio.Future[None], error: BaseException) -> None:

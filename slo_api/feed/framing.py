@@ -79,10 +79,14 @@ def change_line(
     )
 
 
-def bookmark(revision: str, sse: bool, initial: bool = False) -> bytes:
+def bookmark(revision: str, sse: bool, initial: bool = False, final: bool = False) -> bytes:
+    """A place to resume from; `initial`: the initial state is complete; `final`: the last
+    line of a stream the server ends in order (its lifetime is over, or the server stops)."""
     event: dict[str, object] = {"type": "BOOKMARK", "revision": revision}
     if initial:
         event["initial"] = True
+    if final:
+        event["final"] = True
     return frame(orjson.dumps(event), revision.encode(), sse)
 
 

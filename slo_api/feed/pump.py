@@ -15,9 +15,6 @@ from typing import Any
 
 # A stream's write: what it returns is stepped through its `__await__`, with no task.
 Write = Callable[[bytes], Awaitable[None]]
-# A write the client's connection takes at once, past every layer, or False when it cannot
-# now (its socket is full, or it went): the bytes then go through the stream's `Write`.
-WriteNow = Callable[[bytes], bool]
 
 
 class Pump:

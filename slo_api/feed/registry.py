@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 
 from slo_api.errors import ApiError
 from slo_api.feed.history import History
-from slo_api.feed.pump import Pump, Write, WriteNow
+from slo_api.feed.pump import Pump, Write
 from slo_api.service import Allowed
 
 Place = tuple[str, str, str]  # (kind name, namespace, API group): where access is asked about
@@ -103,12 +103,11 @@ class Stream:
         self.task: asyncio.Task[None] | None = None
         self.serving = False  # inside Feed.serve: may be cancelled to end it
         self.cancelled = False  # the feed cancelled its task (not the server)
-        # Past its initial state: how the flusher writes to it (straight to the connection
-        # when it can take the bytes at once, `write_now`), the write under way when the
+        self.retired = False  # its lifetime is over: it ends with a final bookmark
+        # Past its initial state: how the flusher writes to it, the write under way when the
         # client's socket was full (the next bytes wait for it), the position that write
         # brings it to, and what its task waits for until the stream is over.
         self.write: Write | None = None
-        self.write_now: WriteNow | None = None
         self.pump: Pump | None = None
         self.writing_upto = 0
         self.finished: asyncio.Future[None] | None = None

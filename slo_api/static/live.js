@@ -10,7 +10,7 @@ import { applyChange, byRoute, routesChanged, setRoutes, summaryOf } from "./rou
 import { loadSchema } from "./schema.js";
 
 const RETRY_MAX_MS = 15000;
-// The server sends a bookmark at least every 15 s (WATCH_BOOKMARK_SECONDS): a stream silent
+// The server sends a bookmark at least every 5 s (WATCH_BOOKMARK_SECONDS): a stream silent
 // for much longer than that is a dead connection nobody told us about (a sleeping laptop, a
 // proxy that dropped it). It is cut and resumed, so the page never shows stale data forever.
 const SILENCE_MS = 45000;
@@ -48,6 +48,10 @@ async function follow(mine) {
     if (outcome === "unauthorized") return; // a new token starts over
     if (outcome === "expired") {
       since = null; // the server lost our place (it restarted): take the whole state again
+      continue;
+    }
+    if (outcome === "final") {
+      delay = 1000;
       continue;
     }
     if (outcome === "read") delay = 1000;
@@ -112,6 +116,9 @@ async function readEvents(request, heard) {
       // A place inside the initial state is no place to resume from: a stream cut there
       // would come back without the rest of it. Take revisions from its bookmark on.
       if (event.revision && (!snapshot || event.type === "BOOKMARK")) since = event.revision;
+      // The server ended the stream in order (its lifetime is over, or it stops): resume
+      // from this bookmark at once.
+      if (event.type === "BOOKMARK" && event.final && !snapshot) return "final";
       if (snapshot) {
         if (event.type === "ADDED") snapshot.push(summaryOf(event.object));
         else if (event.type === "BOOKMARK" && event.initial) {

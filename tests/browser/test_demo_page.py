@@ -6,12 +6,17 @@ the page shows and what the API server stored.
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Dialog, Page, Request, expect
 
 from controlplane.admin import Admin, Obj
+from controlplane.cluster import Cluster
+from controlplane.demo import start_service, stop_service, wait_ready
+from controlplane.server import free_port
 from tests.browser.conftest import POOL, SLO, Samples, Service
 from tests.browser.ui import (
     enter_token,
@@ -367,6 +372,65 @@ def test_the_list_and_the_open_route_follow_changes_made_elsewhere(
         admin.delete(SLO, "LLMSLORequirement", namespace, route)
     expect(route_button(page, route)).to_have_count(0)
     expect(status(page)).to_contain_text("deleted elsewhere")
+    assert page.evaluate("window.notReloaded") is True
+
+
+@pytest.fixture
+def short_lived_streams(cluster: Cluster, samples: Samples, tmp_path: Path) -> Iterator[Service]:
+    """slo-api whose change streams end every 2-4 s (WATCH_LIFETIME_SECONDS=2)."""
+    assert cluster.credentials is not None
+    port, token = free_port(), secrets.token_urlsafe(24)
+    log_path = tmp_path / "slo-api.log"
+    with log_path.open("wb") as log:
+        process = start_service(
+            cluster.credentials.slo_api_kubeconfig,
+            port,
+            token,
+            stdout=log,
+            extra_env={"WATCH_LIFETIME_SECONDS": "2"},
+        )
+    svc = Service(f"http://127.0.0.1:{port}", token, log_path, process)
+    try:
+        wait_ready(svc.url, process)
+        yield svc
+    finally:
+        stop_service(process)
+
+
+def test_the_live_view_resumes_by_itself_where_a_stream_that_reached_its_lifetime_ended(
+    page: Page, short_lived_streams: Service, samples: Samples, admin: Admin
+) -> None:
+    service = short_lived_streams
+    route = "lifetime" + samples.prefix.rstrip("-")
+    namespace = samples.namespace()
+    watches: list[str] = []
+    page.on("request", lambda r: watches.append(r.url) if "watch=true" in r.url else None)
+    open_page(page, service.page_url, service.token)
+    expect(page.locator("#live")).to_have_text("live")
+    page.evaluate("window.notReloaded = true")
+    admin.create(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": route, "namespace": namespace},
+            "spec": {"serviceId": route, "priority": 2},
+        }
+    )
+    try:
+        expect(route_button(page, route)).to_contain_text("priority 2")
+        # Two streams end at their lifetime; each time the page comes back from its place.
+        for _ in range(2):
+            with page.expect_request(lambda r: "watch=true" in r.url, timeout=15_000):
+                pass
+        admin.merge_patch(SLO, "LLMSLORequirement", namespace, route, {"spec": {"priority": 3}})
+        expect(route_button(page, route)).to_contain_text("priority 3")
+    finally:
+        admin.delete(SLO, "LLMSLORequirement", namespace, route)
+    expect(route_button(page, route)).to_have_count(0)
+    # Only the first stream took the whole state; every later one resumed from a place.
+    assert "since=" not in watches[0]
+    assert len(watches) >= 3
+    assert all("since=" in url for url in watches[1:])
     assert page.evaluate("window.notReloaded") is True
 
 

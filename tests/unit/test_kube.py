@@ -192,3 +192,32 @@ def test_a_policy_denial_is_not_rbac_and_only_rbac_is_logged_as_an_error(
     assert error.getMessage().endswith("check its ClusterRole; retrying")
     assert warning.levelno == logging.WARNING
     assert not warning.getMessage().startswith("RBAC")
+
+
+async def test_with_no_proxy_or_netrc_in_the_environment_the_client_does_not_look_for_them(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "absent-netrc"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    kube = await Kube.connect(str(kubeconfig), 1.0)
+    try:
+        session = kube._api_client.rest_client.pool_manager
+        assert session.trust_env is False
+        assert not session.closed
+    finally:
+        await kube.close()
+    assert session.closed
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    kube = await Kube.connect(str(kubeconfig), 1.0)
+    try:
+        assert kube._api_client.rest_client.pool_manager.trust_env is True
+    finally:
+        await kube.close()

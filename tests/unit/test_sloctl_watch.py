@@ -89,6 +89,48 @@ def test_watch_prints_changes_and_resumes_after_a_dropped_connection(
     assert "resuming" in err
 
 
+def test_watch_resumes_at_once_and_quietly_after_a_stream_that_ended_at_its_lifetime(
+    capsys: pytest.CaptureFixture[str], no_sleep: list[float]
+) -> None:
+    chat = SUMMARIES[0]
+    streams = [
+        Broken(
+            [
+                event("ADDED", chat, "e.3"),
+                {"type": "BOOKMARK", "initial": True, "revision": "e.3"},
+                event("MODIFIED", {**chat, "priority": 4}, "e.4"),
+                {"type": "BOOKMARK", "revision": "e.5", "final": True},
+            ],
+            end=True,
+        ),
+        Broken([event("MODIFIED", {**chat, "priority": 5}, "e.6")]),
+    ]
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if streams:
+            return httpx.Response(200, stream=streams.pop(0))
+        return error(401, "unauthorized", "the token is not valid")
+
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
+        api.get("/config").mock(side_effect=answer)
+        code, out, err = run(capsys, "watch", "-o", "json")
+    assert code == 5
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [(e["type"], e["object"]["priority"]) for e in printed] == [
+        ("ADDED", chat["priority"]),
+        ("MODIFIED", 4),
+        ("MODIFIED", 5),
+    ]
+    # Resumed from the final bookmark's place, at once, without a word; the broken second
+    # stream is resumed as any lost one (after a pause, saying so).
+    assert dict(seen[1].url.params) == {"watch": "true", "since": "e.5"}
+    assert dict(seen[2].url.params)["since"] == "e.6"
+    assert no_sleep == [0.5]
+    assert err.count("resuming") == 1
+
+
 def test_watch_starts_over_when_its_place_expired_and_prints_what_changed_meanwhile(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
