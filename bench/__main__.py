@@ -160,8 +160,8 @@ def main() -> int:
         "--only",
         choices=("fanout", "kubernetes", "history", "attainment", "flush"),
         help="run only this scenario (kubernetes, history, attainment: at the smallest size; "
-        "flush: the in-process flush through ASGI against its floor, no control plane) and merge its "
-        "figures into the existing results; the other figures stay as they were",
+        "flush: the in-process flush through ASGI against its floor, no control plane) and "
+        "merge its figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument(
         "--watchers",
