@@ -33,9 +33,10 @@ Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
 # What one informer follows: (plural, API group, namespace or "" for every namespace).
 Source = tuple[str, str, str]
-# Told of every stored update of a CR the index already held under the same uid:
-# (plural, the held copy (decoded only if asked), the object as received, managedFields and all).
-Updated = Callable[[str, Callable[[], Obj], Obj], None]
+# Told of every state of a CR the informers observe, and of none a write's answer brings:
+# (plural, API group, name, the object as received (managedFields and all), or a relist's
+# entry, or None: gone). A relist tells every CR it listed, and every one it found gone.
+Observed = Callable[[str, str, "Name", "Obj | Entry | None"], None]
 
 log = logging.getLogger("slo_api.index")
 
@@ -287,7 +288,7 @@ class CRIndex:
         self.moved: frozenset[str] = frozenset()
         self._moved: set[str] = set()
         self._cause: tuple[Source, int] | None = None
-        self._updated: list[Updated] = []
+        self._observers: list[Observed] = []
         # While a large relist is applied to a copy (see _aside): the changes made here since
         # (plural, name, change), and a future done once the copy is swapped in or dropped.
         self._log: list[tuple[str, Name, dict[str, Entry | None]]] | None = None
@@ -316,9 +317,17 @@ class CRIndex:
         # An event's object carries the event's resourceVersion; a write's result its own.
         self._cause = (self._source(plural, group, namespace), rv or 0)
 
-    def on_update(self, observer: Updated) -> None:
-        """Call `observer` for each update of a held CR (not for adds, deletes or relists)."""
-        self._updated.append(observer)
+    def on_observed(self, observer: Observed) -> None:
+        """Call `observer` for each state the informers observe (see `Observed`), before the
+        index stores it and the listeners hear of it."""
+        self._observers.append(observer)
+
+    def _observed(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+        for observer in self._observers:
+            try:
+                observer(plural, group, name, state)
+            except Exception:
+                log.exception("index observer failed")
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -425,22 +434,23 @@ class CRIndex:
             tuple(kind.members_of(obj)) if kind.members_of is not None else (),
         )
 
-    def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool:
-        """Store an object from a watch event unless the index already has a newer one."""
+    def upsert(
+        self, plural: str, obj: Obj, group: str | None = None, *, observed: bool = True
+    ) -> bool:
+        """Store an object from a watch event (`observed`; else a write's answer) unless the
+        index already has a newer one."""
         group = group_of(obj) if group is None else group
         name = _name(obj)
+        if observed:
+            # Even when the index holds a newer write's answer: the informers' sequence of
+            # states is what a route's history is made of. Before the listeners hear of it:
+            # the change stream reads who made it.
+            self._observed(plural, group, name, obj)
         old = self._held(plural, name).get(group)
         if old is not None and old.uid == uid_of(obj):
             new_rv = rv_number(obj)
             if old.rv is not None and new_rv is not None and new_rv < old.rv:
                 return False
-        if old is not None and old.uid == uid_of(obj):
-            # Before the listeners hear of it: the change stream reads who made it.
-            for observer in self._updated:
-                try:
-                    observer(plural, old.obj, obj)
-                except Exception:
-                    log.exception("index update observer failed")
         self._caused(plural, group, name[0], rv_number(obj))
         self._change(plural, name, {group: self.entry(plural, obj, group)})
         self._settle()
@@ -457,11 +467,12 @@ class CRIndex:
         old = self._held(plural, _name(obj)).get(group)
         if old is None or old.uid != uid_of(obj) or old.rv is None or rv_number(obj) is None:
             return False
-        return self.upsert(plural, obj, group)
+        return self.upsert(plural, obj, group, observed=False)
 
     def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         group = group_of(obj) if group is None else group
         name = _name(obj)
+        self._observed(plural, group, name, None)
         old = self._held(plural, name).get(group)
         uid = uid_of(obj)
         if old is None or (uid is not None and old.uid != uid):
@@ -548,6 +559,7 @@ class CRIndex:
             listed_changed: list[Entry | None] = []
             compared = 0
             for entry in entries:
+                self._observed(plural, entry.group, entry.name, entry)
                 kept = self._held(plural, entry.name).get(entry.group)
                 if kept is None or not (kept.same(entry) or _newer(kept, entry)):
                     names_changed.append(entry.name)
@@ -560,6 +572,7 @@ class CRIndex:
                 if namespace is None or name[0] == namespace:
                     for g in self._held(plural, name):
                         if (group is None or g == group) and (name, g) not in listed:
+                            self._observed(plural, g, name, None)
                             names_changed.append(name)
                             groups_changed.append(g)
                             listed_changed.append(None)
@@ -634,7 +647,7 @@ class CRIndex:
         other.counts = Counter(self.counts)
         other._places = Counter(self._places)
         other._touched, other._changed, other._moved = set(), set(), set()
-        other._listeners, other._updated = [], []
+        other._listeners, other._observers = [], []
         other._log, other._built = None, None
         self._log = []
         self._built = asyncio.get_running_loop().create_future()
