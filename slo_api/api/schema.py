@@ -83,11 +83,28 @@ class HistoryEntry(BaseModel):
         description="Who: the caller as the audit line names it (a Kubernetes username, or "
         "token:write), or the field manager for a change made around slo-api"
     )
-    via: str = Field(description="`slo-api`, or the field manager that made the change")
-    requestId: str | None = Field(None, description="The write's X-Request-Id (via slo-api)")
-    changes: list[FieldChange]
+    via: str = Field(
+        description="`slo-api`, or the field manager that made the change (`unknown` when "
+        "managedFields do not say; `slo-api` with the actor `unknown`: a change that claims "
+        "slo-api's manager but that no replica made)"
+    )
+    requestId: str | None = Field(
+        None, description="slo-api's own id of the write's request (via slo-api)"
+    )
+    clientRequestId: str | None = Field(
+        None, description="The X-Request-Id the caller sent with the write, if any"
+    )
+    changes: list[FieldChange] = Field(
+        description='A value over 8 KiB is `{digest: "sha256:...", size}` instead'
+    )
     after: dict[str, Any] = Field(
-        description="The route's client-owned fields after the change: a PUT body"
+        description="The route's client-owned fields after the change: a PUT body (a value "
+        "over 8 KiB kept as its digest: such an entry cannot be reverted)"
+    )
+    owners: dict[str, Any] | None = Field(
+        None,
+        description="The GitOps owners in effect after the change, per field below spec: "
+        "`{manager, operation, time}`",
     )
 
 
