@@ -77,6 +77,8 @@ VALUE_CAP = 8 * 1024
 MINE_KEPT = 4096
 # Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
 BY_KEPT = 4096
+# CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
+FIRSTS_AT_ONCE = 1000
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
 
@@ -219,12 +221,25 @@ def _owners_of(entry: Obj) -> dict[str, Owner]:
 
 @dataclass(slots=True)
 class _Seen:
-    """The last state the informers observed of one CR (per API group): enough to diff."""
+    """The last state the informers observed of one CR (per API group): enough to diff. A
+    state first seen in a list is kept as the index's entry (shared, not copied) and decoded
+    only when the CR changes: a list of 100,000 CRs decodes none of them here."""
 
     uid: str | None
     rv: int | None
-    fields: dict[str, Any]
-    managers: dict[str, str]
+    entry: Entry | None
+    fields: dict[str, Any] | None
+    managers: dict[str, str] | None
+
+    def decoded(self, kind: Kind) -> tuple[dict[str, Any], dict[str, str]]:
+        if self.fields is None or self.managers is None:
+            obj = self.entry.obj() if self.entry is not None else {}
+            self.fields, self.managers, self.entry = (
+                owned_fields(kind, obj),
+                _fingerprint(obj),
+                None,
+            )
+        return self.fields, self.managers
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +283,9 @@ class History:
         # answer may come after its event).
         self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
         self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
+        # CRs first seen in a list, waiting to be looked at (see _first_sight).
+        self._firsts: list[tuple[Kind, Entry]] = []
+        self._firsts_task: asyncio.Task[None] | None = None
         # ConfigMaps of earlier versions not carried over yet (None: not looked for yet).
         self._legacy_left: bool | None = None
 
@@ -328,6 +346,10 @@ class History:
         if isinstance(state, Entry):
             if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
                 return  # a relist's copy of what was seen: nothing to decode
+            if prev is None or prev.uid != state.uid:
+                self._seen[key] = _Seen(state.uid, state.rv, state, None, None)
+                self._first_sight(kind, state)
+                return
             obj = state.obj()
         else:
             obj = state
@@ -341,7 +363,7 @@ class History:
         ):
             return  # not newer than what was seen (a late or repeated event)
         fields = owned_fields(kind, obj)
-        self._seen[key] = _Seen(uid, rv, fields, _fingerprint(obj))
+        self._seen[key] = _Seen(uid, rv, None, fields, _fingerprint(obj))
         if uid is None:
             return
         if uid in self._unseen:
@@ -358,10 +380,11 @@ class History:
             if before is None and self.enabled and marker(obj) is not None:
                 self._spawn(self._seed(kind, obj, uid))
             return
-        changes = diff(kind, prev.fields, fields)
+        prev_fields, prev_managers = prev.decoded(kind)
+        changes = diff(kind, prev_fields, fields)
         if not changes:
             return
-        manager, when = changed_by(prev.managers, obj)
+        manager, when = changed_by(prev_managers, obj)
         change = _Change(kind, obj, changes, when or _now())
         mine = self._mine.get(rv) if rv is not None else None
         if mine is not None:
@@ -373,6 +396,32 @@ class History:
             self._later(change, rv, owners)
         else:
             self._record(change, manager, manager, None, None, owners)
+
+    def _first_sight(self, kind: Kind, entry: Entry) -> None:
+        """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
+        those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
+        a turn of the loop (a list of 100,000 CRs must not stall it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # an index filled outside a running service: nothing to look up
+        self._firsts.append((kind, entry))
+        if self._firsts_task is None or self._firsts_task.done():
+            self._firsts_task = loop.create_task(self._look_at_firsts())
+
+    async def _look_at_firsts(self) -> None:
+        while self._firsts:
+            batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
+            for kind, entry in batch:
+                if entry.uid is None or entry.uid in self._remembered:
+                    continue  # gone or changed since: what was seen then is newer
+                obj = entry.obj()
+                owners = self._owners_after({}, None, obj)
+                if owners:
+                    self._remembered[entry.uid] = owners
+                if self.enabled and marker(obj) is not None:
+                    self._spawn(self._seed(kind, obj, entry.uid))
+            await asyncio.sleep(0)
 
     def _arrived(self, uid: str, rv: int | None) -> None:
         """The informers reached `rv` of a CR (None: it is gone): this replica's writes up
@@ -692,6 +741,8 @@ class History:
     async def close(self) -> None:
         """Let the recordings under way finish, those waiting out their grace included
         (bounded by the grace and the upstream timeout)."""
+        if self._firsts_task is not None:
+            self._firsts_task.cancel()
         pending = list(self._tasks)
         if pending:
             _, left = await asyncio.wait(pending, timeout=self.grace + self.kube.timeout)

@@ -513,5 +513,13 @@ def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_res
         fresh.observe(PLURAL, GROUP, NAME, changed)
         await _settle(fresh)
         assert fresh.remembered(changed)["priority"].manager == "argocd-controller"
+        # Or first seen in a list (as every CR is at a start).
+        index = Service.index_for([LLM], ownership)
+        listed = _replica(kube, ownership=ownership)
+        index.on_observed(listed.observe)
+        index.replace(PLURAL, [index.entry(PLURAL, changed)], GROUP)
+        await until(lambda: bool(listed.remembered(changed)), "seeded")
+        await _settle(listed)
+        assert listed.remembered(changed)["priority"].manager == "argocd-controller"
 
     vtime.run(scenario())
