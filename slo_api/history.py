@@ -77,6 +77,8 @@ VALUE_CAP = 8 * 1024
 MINE_KEPT = 4096
 # Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
 BY_KEPT = 4096
+# ConfigMaps of earlier versions listed at once (the seam's page).
+LEGACY_PAGE = 500
 # CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
 FIRSTS_AT_ONCE = 1000
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
@@ -666,7 +668,13 @@ class History:
             page = await self.kube.list_config_maps(namespace, LEGACY_LABEL)
         except KubeError as exc:
             if exc.status in (403, 404):
-                return []  # never installed, or the grant already dropped: nothing to carry
+                if exc.status == 403 and self._legacy_left is None:
+                    log.warning(
+                        "may not list ConfigMaps: history kept by an earlier version, if any "
+                        "is left, is not carried over (docs/deploying.md: slo-api:history)"
+                    )
+                    self._legacy_left = False
+                return []  # the grant dropped once carried: nothing to carry
             raise failure(exc, "reading the history of an earlier version", ROLE) from None
         return [i for i in page.get("items") or [] if isinstance(i, dict)]
 
@@ -676,8 +684,12 @@ class History:
         and a ConfigMap is deleted only as it was read (its resourceVersion)."""
         carried = 0
         for namespace in namespaces or (None,):
-            for cm in await self._legacy_maps(namespace):
-                carried += await self._carry(cm)
+            # A page at a time: each is deleted once carried, so the next list has the rest.
+            while maps := await self._legacy_maps(namespace):
+                for cm in maps:
+                    carried += await self._carry(cm)
+                if len(maps) < LEGACY_PAGE:
+                    break
         self._legacy_left = False
         if carried:
             log.info("carried %d history entries over from ConfigMaps into revisions", carried)
