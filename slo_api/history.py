@@ -46,7 +46,15 @@ from typing import Any
 import orjson
 
 from slo_api.bounded import BoundedDict
-from slo_api.index import Entry, Name, resource_version, rv_number, uid_of
+from slo_api.index import (
+    Entry,
+    Name,
+    last_changed,
+    resource_version,
+    rv_number,
+    stamp_of,
+    uid_of,
+)
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
@@ -162,32 +170,39 @@ def revision_name(uid: str, rv: str) -> str:
     return f"{uid}.{rv}"
 
 
-def _fingerprint(obj: Obj) -> dict[str, str]:
-    """Per field manager (and operation), a digest of its managedFields entry: what moves
-    when the manager changes something."""
-    out: dict[str, str] = {}
-    for e in (obj.get("metadata") or {}).get("managedFields") or []:
-        if not isinstance(e, dict) or e.get("subresource"):
-            continue
-        key = f"{e.get('manager', '')}\0{e.get('operation', '')}"
-        data = orjson.dumps(e, option=orjson.OPT_SORT_KEYS)
-        out[key] = hashlib.blake2b(data, digest_size=8).hexdigest()
-    return out
+def _manager_key(entry: Obj) -> str:
+    return f"{entry.get('manager', '')}\0{entry.get('operation', '')}"
 
 
-def changed_by(before: Mapping[str, str], obj: Obj) -> tuple[str, str | None]:
-    """The field manager that made a change, and when: the one whose managedFields entry the
-    change touched (an Update stamps its entry with the time of the change). None touched (a
-    field removed by a manager that then owns nothing keeps no entry): `unknown`."""
-    touched = [
+def _entries(obj: Obj) -> list[Obj]:
+    return [
         e
         for e in (obj.get("metadata") or {}).get("managedFields") or []
-        if isinstance(e, dict)
-        and not e.get("subresource")
-        and before.get(f"{e.get('manager', '')}\0{e.get('operation', '')}")
-        != hashlib.blake2b(orjson.dumps(e, option=orjson.OPT_SORT_KEYS), digest_size=8).hexdigest()
+        if isinstance(e, dict) and not e.get("subresource")
     ]
-    chosen = max(touched, key=lambda e: str(e.get("time") or ""), default=None)
+
+
+def stamps(obj: Obj) -> dict[str, int]:
+    """When each field manager (and operation) last changed the object: an Update stamps its
+    entry with the time of the change; another manager taking or removing its fields does not."""
+    return {_manager_key(e): stamp_of(e.get("time")) for e in _entries(obj)}
+
+
+def changed_by(before: Mapping[str, int] | None, last: int, obj: Obj) -> tuple[str, str | None]:
+    """The field manager that made a change, and when: the one whose managedFields entry the
+    change stamped, compared with the managers' stamps before it (`before`) or, when only the
+    newest of them is known (a state first seen in a list: `last`), newer than that. None
+    stamped (a field removed by a manager that then owns nothing keeps no entry): `unknown`."""
+    touched = [
+        e
+        for e in _entries(obj)
+        if (
+            before.get(_manager_key(e)) != stamp_of(e.get("time"))
+            if before is not None
+            else stamp_of(e.get("time")) > last
+        )
+    ]
+    chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
         return UNKNOWN, None
     time = chosen.get("time")
@@ -231,17 +246,16 @@ class _Seen:
     rv: int | None
     entry: Entry | None
     fields: dict[str, Any] | None
-    managers: dict[str, str] | None
+    # When each manager last changed it (None: only the newest of them, `last`, is known: the
+    # index's copy keeps no managedFields but the GitOps tools').
+    managers: dict[str, int] | None
+    last: int
 
-    def decoded(self, kind: Kind) -> tuple[dict[str, Any], dict[str, str]]:
-        if self.fields is None or self.managers is None:
-            obj = self.entry.obj() if self.entry is not None else {}
-            self.fields, self.managers, self.entry = (
-                owned_fields(kind, obj),
-                _fingerprint(obj),
-                None,
-            )
-        return self.fields, self.managers
+    def decoded(self, kind: Kind) -> dict[str, Any]:
+        if self.fields is None:
+            self.fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
+            self.entry = None
+        return self.fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +363,7 @@ class History:
             if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
                 return  # a relist's copy of what was seen: nothing to decode
             if prev is None or prev.uid != state.uid:
-                self._seen[key] = _Seen(state.uid, state.rv, state, None, None)
+                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, state.stamp)
                 self._first_sight(kind, state)
                 return
             obj = state.obj()
@@ -365,7 +379,10 @@ class History:
         ):
             return  # not newer than what was seen (a late or repeated event)
         fields = owned_fields(kind, obj)
-        self._seen[key] = _Seen(uid, rv, None, fields, _fingerprint(obj))
+        if isinstance(state, Entry):  # a relist's: managedFields trimmed
+            self._seen[key] = _Seen(uid, rv, None, fields, None, state.stamp)
+        else:
+            self._seen[key] = _Seen(uid, rv, None, fields, stamps(obj), last_changed(obj))
         if uid is None:
             return
         if uid in self._unseen:
@@ -382,11 +399,10 @@ class History:
             if before is None and self.enabled and marker(obj) is not None:
                 self._spawn(self._seed(kind, obj, uid))
             return
-        prev_fields, prev_managers = prev.decoded(kind)
-        changes = diff(kind, prev_fields, fields)
+        changes = diff(kind, prev.decoded(kind), fields)
         if not changes:
             return
-        manager, when = changed_by(prev_managers, obj)
+        manager, when = changed_by(prev.managers, prev.last, obj)
         change = _Change(kind, obj, changes, when or _now())
         mine = self._mine.get(rv) if rv is not None else None
         if mine is not None:

@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -73,6 +74,22 @@ def rv_number(obj: Obj) -> int | None:
     when it is not one (the API server promises only an opaque string)."""
     value = resource_version(obj)
     return int(value) if value.isdigit() else None
+
+
+def stamp_of(time: object) -> int:
+    """A managedFields entry's `time` (RFC 3339, seconds) as epoch seconds; 0 when unreadable."""
+    if not isinstance(time, str):
+        return 0
+    try:
+        return int(datetime.fromisoformat(time).timestamp())
+    except ValueError:
+        return 0
+
+
+def last_changed(obj: Obj) -> int:
+    """The newest `time` among an object's managedFields entries, as epoch seconds (0: none)."""
+    entries = (obj.get("metadata") or {}).get("managedFields") or []
+    return max((stamp_of(e.get("time")) for e in entries if isinstance(e, dict)), default=0)
 
 
 def _newer(held: Entry, listed: Entry) -> bool:
@@ -208,7 +225,7 @@ class Entry:
     every replica holds every CR: it is decoded when a route is read or written.
     """
 
-    __slots__ = ("data", "group", "members", "name", "route", "rv", "uid")
+    __slots__ = ("data", "group", "members", "name", "route", "rv", "stamp", "uid")
 
     def __init__(
         self,
@@ -219,6 +236,7 @@ class Entry:
         rv: int | None,
         route: str,
         members: tuple[str, ...],
+        stamp: int = 0,
     ) -> None:
         self.name = name
         self.data = data
@@ -227,6 +245,9 @@ class Entry:
         self.rv = rv
         self.route = route
         self.members = members
+        # When the object was last changed, as its managedFields (trimmed from `data`) say:
+        # which manager makes its next change is told by whose entry is newer than this.
+        self.stamp = stamp
 
     def obj(self) -> Obj:
         value: Obj = orjson.loads(self.data)
@@ -423,6 +444,7 @@ class CRIndex:
     def entry(self, plural: str, obj: Obj, group: str | None = None) -> Entry:
         """The compact form in which the index keeps `obj` (trimmed: see __init__)."""
         kind = self.kinds[plural]
+        stamp = last_changed(obj)
         obj = self._trim(obj)
         return Entry(
             _name(obj),
@@ -432,6 +454,7 @@ class CRIndex:
             rv_number(obj),
             kind.route_of(obj),
             tuple(kind.members_of(obj)) if kind.members_of is not None else (),
+            stamp,
         )
 
     def upsert(

@@ -164,7 +164,9 @@ def test_a_write_through_another_replica_is_recorded_by_it_alone() -> None:
         kube = FakeKube()
         writer_replica, other = _replica(kube), _replica(kube)
         base = _state(10, _managed(CREATED), priority=1)
-        mine = _state(11, _managed(CREATED, ("slo-api", "t2", ["priority"])), priority=2)
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
         for replica in (writer_replica, other):
             replica.observe(PLURAL, GROUP, NAME, base)
         token = writer.set(("alice", "own-1", None))
@@ -185,7 +187,9 @@ def test_a_slow_writer_replaces_the_placeholder_another_replica_left() -> None:
         kube = FakeKube()
         slow, other = _replica(kube), _replica(kube)
         base = _state(10, _managed(CREATED), priority=1)
-        mine = _state(11, _managed(CREATED, ("slo-api", "t2", ["priority"])), priority=2)
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
         for replica in (slow, other):
             replica.observe(PLURAL, GROUP, NAME, base)
         other.observe(PLURAL, GROUP, NAME, mine)
@@ -206,7 +210,7 @@ def test_a_change_claiming_slo_api_that_no_replica_made_is_recorded_as_unknown()
         kube = FakeKube()
         replica = _replica(kube)
         replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
-        forged = _managed(CREATED, ("slo-api", "t2", ["priority"]))
+        forged = _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"]))
         replica.observe(PLURAL, GROUP, NAME, _state(11, forged, priority=9))
         await _settle(replica)
         (entry,) = _revisions(kube)
@@ -243,10 +247,18 @@ def test_a_relist_records_the_difference_once_and_a_late_event_nothing() -> None
         index.on_observed(replica.observe)
         index.upsert(PLURAL, _state(10, _managed(CREATED), priority=1))
         # Changes at 11 and 12 were missed (a broken watch): the relist shows 12.
-        later = _state(12, _managed(CREATED, ("kubectl-patch", "t3", ["priority"])), priority=3)
+        later = _state(
+            12,
+            _managed(CREATED, ("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"])),
+            priority=3,
+        )
         index.replace(PLURAL, [index.entry(PLURAL, later)], GROUP)
         index.replace(PLURAL, [index.entry(PLURAL, later)], GROUP)  # listed again
-        missed = _state(11, _managed(CREATED, ("kubectl-patch", "t2", ["priority"])), priority=2)
+        missed = _state(
+            11,
+            _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"])),
+            priority=2,
+        )
         index.upsert(PLURAL, missed)  # a late event: older than what was seen
         await _settle(replica)
         (entry,) = _revisions(kube)
@@ -281,7 +293,7 @@ def test_a_recreated_cr_starts_a_fresh_history_that_the_old_one_never_touches() 
         kube = FakeKube()
         replica = _replica(kube)
         replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
-        patched = _managed(CREATED, ("kubectl-patch", "t2", ["priority"]))
+        patched = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
         replica.observe(PLURAL, GROUP, NAME, _state(11, patched, priority=2))
         replica.observe(PLURAL, GROUP, NAME, None)
         replica.observe(PLURAL, GROUP, NAME, _state(20, _managed(CREATED), uid="u2", priority=0))
@@ -302,7 +314,7 @@ def test_no_value_freezes_a_route_s_history() -> None:
         kube = FakeKube()
         replica = _replica(kube)
         replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
-        manager = _managed(CREATED, ("kubectl-apply", "t", ["ttft"]))
+        manager = _managed(CREATED, ("kubectl-apply", "2026-01-02T00:00:00Z", ["ttft"]))
         # Ten 44 KiB ttft sections (what the CRD allows), then a one-field change.
         for n in range(10):
             metrics = [{"type": "p90", "threshold": n + i / 1000} for i in range(1400)]
@@ -327,7 +339,7 @@ def test_each_cr_keeps_its_newest_revisions() -> None:
     async def scenario() -> None:
         kube = FakeKube()
         replica = _replica(kube, limit=3)
-        manager = _managed(CREATED, ("kubectl-patch", "t", ["priority"]))
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
         replica.observe(PLURAL, GROUP, NAME, _state(10, manager, priority=0))
         for n in range(1, 9):
             replica.observe(PLURAL, GROUP, NAME, _state(10 + n, manager, priority=n % 10))
@@ -496,7 +508,7 @@ def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_res
         kube = FakeKube()
         ownership = Ownership()
         replica = _replica(kube, ownership=ownership)
-        argo = _managed(CREATED, ("argocd-controller", "t2", ["priority"]))
+        argo = _managed(CREATED, ("argocd-controller", "2026-01-02T00:00:00Z", ["priority"]))
         marked = _state(10, argo, priority=1)
         marked["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x/y:ns/cr-1"}
         replica.observe(PLURAL, GROUP, NAME, marked)
@@ -521,5 +533,32 @@ def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_res
         await until(lambda: bool(listed.remembered(changed)), "seeded")
         await _settle(listed)
         assert listed.remembered(changed)["priority"].manager == "argocd-controller"
+
+    vtime.run(scenario())
+
+
+def test_after_a_list_the_manager_is_the_one_that_stamped_its_entry_since() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        index = Service.index_for([LLM])
+        replica = _replica(kube)
+        index.on_observed(replica.observe)
+        bound = {"type": "replica", "value": 4}
+        helm = ("helm", "2026-01-02T00:00:00Z", ["maximumDeployment", "ttft"])
+        ttft = {"default": {"metrics": [{"type": "p90", "threshold": 1}]}}
+        listed = _state(10, _managed(CREATED, helm), maximumDeployment=bound, ttft=ttft)
+        # First seen in a list: the index keeps only the GitOps tools' managedFields.
+        index.replace(PLURAL, [index.entry(PLURAL, listed)], GROUP)
+        # kubectl edit removes one of helm's fields: helm's entry shrinks, nobody's is stamped.
+        shrunk = ("helm", "2026-01-02T00:00:00Z", ["ttft"])
+        index.upsert(PLURAL, _state(11, _managed(CREATED, shrunk), ttft=ttft))
+        # Then the creator's client changes the priority.
+        again = ("kubectl-create", "2026-01-04T00:00:00Z", ["serviceId", "priority"])
+        index.upsert(PLURAL, _state(12, _managed(again, shrunk), priority=3, ttft=ttft))
+        await _settle(replica)
+        removed, changed = _revisions(kube)
+        assert _by(removed) == ("unknown", "unknown", None, None)
+        assert removed["changes"] == [{"field": "maximumDeployment", "from": bound, "to": None}]
+        assert _by(changed)[:2] == ("kubectl-create", "kubectl-create")
 
     vtime.run(scenario())
