@@ -217,16 +217,18 @@ WATCH_EVENT = {
             "type": "object",
             "description": (
                 "On an ADDED or MODIFIED (never in the initial state) that comes from a change "
-                "the route history records, who made it, as the history names it: `actor`, "
-                "`via` (`slo-api` or the field manager) and `requestId`. Through the replica "
-                "that wrote it: the caller and request id; through another replica: only "
-                "`via: slo-api` (`actor` null); around slo-api: the field manager. Absent when "
-                "not known (route history off, a relist, a change the history does not record)."
+                "of a route's fields, who made it, as the history names it, matched by the "
+                "change's resourceVersion: `actor`, `via` (`slo-api` or the field manager), "
+                "`requestId` and `clientRequestId`. Through the replica that wrote it: the "
+                "caller and request ids; through another replica: only `via: slo-api` (`actor` "
+                "`unknown`); around slo-api: the field manager. Absent when not known (a "
+                "relist, a change the history does not record)."
             ),
             "properties": {
                 "actor": {"type": ["string", "null"]},
                 "via": {"type": "string"},
                 "requestId": {"type": ["string", "null"]},
+                "clientRequestId": {"type": ["string", "null"]},
             },
         },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},
