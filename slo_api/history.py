@@ -596,13 +596,24 @@ class History:
     async def _list(self, namespace: str, uid: str) -> list[Obj]:
         items: list[Obj] = []
         continue_: str | None = None
+        waited = 0.0
         while True:
-            page = await self.kube.list(
-                REVISIONS,
-                namespace=namespace,
-                label_selector=f"{UID_LABEL}={uid}",
-                continue_=continue_,
-            )
+            try:
+                page = await self.kube.list(
+                    REVISIONS,
+                    namespace=namespace,
+                    label_selector=f"{UID_LABEL}={uid}",
+                    continue_=continue_,
+                )
+            except KubeError as exc:
+                # 429: the API server asks to come back (its cache of a newly installed kind
+                # is still filling, say): within the upstream timeout, as it says.
+                delay = exc.retry_after or 1.0
+                if exc.status != 429 or waited + delay > self.kube.timeout:
+                    raise
+                waited += delay
+                await asyncio.sleep(delay)
+                continue
             items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
             continue_ = (page.get("metadata") or {}).get("continue") or None
             if not continue_:

@@ -7,7 +7,9 @@ import copy
 from typing import Any
 
 import orjson
+import pytest
 
+from slo_api.errors import ApiError
 from slo_api.history import (
     LEGACY_LABEL,
     REVISIONS,
@@ -560,5 +562,22 @@ def test_after_a_list_the_manager_is_the_one_that_stamped_its_entry_since() -> N
         assert _by(removed) == ("unknown", "unknown", None, None)
         assert removed["changes"] == [{"field": "maximumDeployment", "from": bound, "to": None}]
         assert _by(changed)[:2] == ("kubectl-create", "kubectl-create")
+
+    vtime.run(scenario())
+
+
+def test_a_read_the_api_server_asks_to_retry_is_retried_as_it_says() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        busy = KubeError(429, "TooManyRequests", "storage is (re)initializing", retry_after=2.0)
+        kube.error_callback = fail(busy, "list", times=2)
+        target = Target.of("a", LLM, _state(10, []))
+        assert await replica.read(target) == []
+        kube.error_callback = fail(busy, "list", times=5)
+        # Beyond the upstream timeout: answered as any failed call is.
+        with pytest.raises(ApiError) as failed:
+            await replica.read(target)
+        assert failed.value.status == 502
 
     vtime.run(scenario())
