@@ -22,6 +22,7 @@ from tests.integration import crs
 from tests.integration.process import TOKEN as PROCESS_TOKEN
 from tests.integration.process import start_process
 from tests.integration.service import RunningService, running
+from tests.integration.tcpproxy import TcpProxy
 from tests.integration.test_watch_stream import Stream, initial, served
 
 pytestmark = pytest.mark.integration
@@ -541,3 +542,39 @@ async def test_the_upgrade_carries_every_config_map_entry_over(
                 (str(n), "bob", f"r{n}") for n in range(5, 0, -1)
             ]
     assert len(_revisions(admin, ns, cr["metadata"]["uid"])) == 5
+
+
+async def test_a_replica_whose_watch_lags_records_nothing_twice(
+    admin: Admin, slo_api_kubeconfig: Path, cluster: Cluster, tmp_path: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with TcpProxy("127.0.0.1", cluster.plane.port) as proxy:
+        lagging = proxy.kubeconfig(slo_api_kubeconfig, tmp_path / "lagging.kubeconfig")
+        async with (
+            running(slo_api_kubeconfig, upstream_timeout_seconds=3) as fast,
+            running(lagging) as slow,
+        ):
+            for replica in (fast, slow):
+                await replica.eventually(_indexed(replica, route), what="indexed")
+            # The slow replica hears nothing while a write through the other and a kubectl
+            # change are made and recorded, then all of it at once, seconds late.
+            proxy.stalled = True
+            put = await fast.put(f"/routes/{route}", {"priority": 3}, headers={"X-Request-Id": "a"})
+            assert put.status_code == 200, put.text
+            _patch_around(admin, ns, {"spec": {"priority": 5}}, "kubectl-patch")
+            await _recorded(fast, route, 2)
+            proxy.stalled = False
+            # Its own write, answered and watched late.
+            proxy.delay = 0.5
+            put = await slow.put(f"/routes/{route}", {"priority": 6}, headers={"X-Request-Id": "b"})
+            assert put.status_code == 200, put.text
+            history = await _recorded(slow, route, 3)
+            proxy.delay = 0
+            await fast.runtime.history.close()
+            assert await _history(fast, route) == history
+    assert history["total"] == 3, history
+    assert [(e["actor"], e["via"], e["clientRequestId"]) for e in history["items"]] == [
+        ("token:write", "slo-api", "b"),
+        ("kubectl-patch", "kubectl-patch", None),
+        ("token:write", "slo-api", "a"),
+    ]
