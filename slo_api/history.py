@@ -59,6 +59,7 @@ from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership, marker
+from slo_api.recovery import Backoff
 from slo_api.service import Target
 from slo_api.upstream import failure
 
@@ -89,6 +90,9 @@ BY_KEPT = 4096
 LEGACY_PAGE = 500
 # CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
 FIRSTS_AT_ONCE = 1000
+# How long a change is retried while the API server is away or failing before it is given up
+# (and counted `failed`).
+RECORD_PATIENCE = 300.0
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
 
@@ -566,32 +570,65 @@ class History:
         entry = self._entry(change, actor, via, request_id, client_request_id, owners)
         body = self._revision(change.kind, change.obj, entry)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        try:
+        backoff = Backoff()
+        loop = asyncio.get_running_loop()
+        given_up_at = loop.time() + RECORD_PATIENCE
+        retried = False
+        while True:
             try:
-                await self.kube.create(REVISIONS, namespace, body)
+                stored = await self._create(body, replaces=via == SELF and not placeholder)
+                self._count("stored" if stored else "already")
+                if stored:
+                    await self._prune(namespace, uid_of(change.obj) or "")
+                return
             except KubeError as exc:
-                if exc.status != 409:
-                    raise
-                if placeholder or via != SELF:
-                    self._count("already")
-                    return
-                # Ours, and a replica that could not tell recorded it as unknown first: the
-                # caller is known here, so the placeholder gives way.
-                held = await self.kube.get(REVISIONS, namespace, name)
-                if _data(held).get("actor") != UNKNOWN:
-                    self._count("already")
-                    return
-                uid = str((held.get("metadata") or {}).get("uid", ""))
-                await self.kube.delete(REVISIONS, namespace, name, uid=uid)
-                await self.kube.create(REVISIONS, namespace, body)
-            self._count("stored")
-            await self._prune(namespace, uid_of(change.obj) or "")
+                delay = exc.retry_after or backoff.next()
+                # The API server away, or busy: the change waits for it (a while), rather
+                # than be lost from the history.
+                if _passing(exc) and loop.time() + delay < given_up_at:
+                    if not retried:  # once, not at every retry
+                        log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                    retried = True
+                    await asyncio.sleep(delay)
+                    continue
+                self._count("failed")
+                log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                return
+            except Exception:
+                self._count("failed")
+                log.exception("a change of %s could not be recorded", namespace)
+                return
+
+    async def _create(self, body: Obj, *, replaces: bool) -> bool:
+        """Create a revision; False when it exists already (another replica's). With
+        `replaces` (this replica's own write), a placeholder another replica left for it
+        (`unknown`: it could not tell whose it was) gives way to it."""
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            await self.kube.create(REVISIONS, namespace, body)
+            return True
         except KubeError as exc:
-            self._count("failed")
-            log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
-        except Exception:
-            self._count("failed")
-            log.exception("a change of %s could not be recorded", namespace)
+            if exc.status != 409 or not replaces:
+                if exc.status == 409:
+                    return False
+                raise
+        held = await self.kube.get(REVISIONS, namespace, name)
+        if _data(held).get("actor") != UNKNOWN:
+            return False
+        uid = str((held.get("metadata") or {}).get("uid", ""))
+        try:
+            await self.kube.delete(REVISIONS, namespace, name, uid=uid)
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+        try:
+            await self.kube.create(REVISIONS, namespace, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            return False
+        return True
 
     async def _list(self, namespace: str, uid: str) -> list[Obj]:
         items: list[Obj] = []
@@ -787,6 +824,11 @@ class History:
             _, left = await asyncio.wait(pending, timeout=self.grace + self.kube.timeout)
             for task in left:
                 task.cancel()
+
+
+def _passing(exc: KubeError) -> bool:
+    """A failure that passes: the API server unreachable, timing out, busy or failing."""
+    return exc.status in (0, 429) or exc.status >= 500
 
 
 def _who(actor: str, via: str, request_id: str | None, client_request_id: str | None) -> Obj:

@@ -581,3 +581,27 @@ def test_a_read_the_api_server_asks_to_retry_is_retried_as_it_says() -> None:
         assert failed.value.status == 502
 
     vtime.run(scenario())
+
+
+def test_a_change_waits_for_an_api_server_that_is_away_rather_than_be_lost() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        kube.error_callback = fail(
+            KubeError(0, message="cannot reach the API server"), "create", times=4
+        )
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        patched = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(11, patched, priority=2))
+        # Retried with a backoff until it passes (virtual time: minutes pass at once).
+        await until(lambda: len(_revisions(kube)) == 1, "recorded", within=300)
+        (entry,) = _revisions(kube)
+        assert entry["changes"] == [{"field": "priority", "from": 1, "to": 2}]
+        # A refusal that will not pass (403: the grant) is not retried.
+        kube.error_callback = fail(KubeError(403, "Forbidden", "no", is_status=True), "create")
+        replica.observe(PLURAL, GROUP, NAME, _state(12, patched, priority=3))
+        await _settle(replica)
+        assert len(_revisions(kube)) == 1
+        assert replica.metrics.history_entries.labels("failed")._value.get() == 1
+
+    vtime.run(scenario())
