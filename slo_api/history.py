@@ -49,7 +49,9 @@ from slo_api.bounded import BoundedDict
 from slo_api.index import (
     Entry,
     Name,
+    field_entries,
     last_changed,
+    manager_key,
     resource_version,
     rv_number,
     stamp_of,
@@ -174,38 +176,29 @@ def revision_name(uid: str, rv: str) -> str:
     return f"{uid}.{rv}"
 
 
-def _manager_key(entry: Obj) -> str:
-    return f"{entry.get('manager', '')}\0{entry.get('operation', '')}"
-
-
-def _entries(obj: Obj) -> list[Obj]:
-    return [
-        e
-        for e in (obj.get("metadata") or {}).get("managedFields") or []
-        if isinstance(e, dict) and not e.get("subresource")
-    ]
-
-
 def stamps(obj: Obj) -> dict[str, int]:
     """When each field manager (and operation) last changed the object: an Update stamps its
     entry with the time of the change; another manager taking or removing its fields does not."""
-    return {_manager_key(e): stamp_of(e.get("time")) for e in _entries(obj)}
+    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
 
 
-def changed_by(before: Mapping[str, int] | None, last: int, obj: Obj) -> tuple[str, str | None]:
+def changed_by(
+    before: Mapping[str, int] | None, last: tuple[float, tuple[str, ...]], obj: Obj
+) -> tuple[str, str | None]:
     """The field manager that made a change, and when: the one whose managedFields entry the
-    change stamped, compared with the managers' stamps before it (`before`) or, when only the
-    newest of them is known (a state first seen in a list: `last`), newer than that. None
-    stamped (a field removed by a manager that then owns nothing keeps no entry): `unknown`."""
-    touched = [
-        e
-        for e in _entries(obj)
-        if (
-            before.get(_manager_key(e)) != stamp_of(e.get("time"))
-            if before is not None
-            else stamp_of(e.get("time")) > last
-        )
-    ]
+    change stamped, compared with each manager's stamp before it (`before`) or, when only the
+    newest stamp and the entries that carried it are known (a state first seen in a list:
+    `last`), newer than that. None stamped (a field removed by a manager that then owns
+    nothing keeps no entry): `unknown`."""
+    newest, latest = last
+
+    def stamped(e: Obj) -> bool:
+        time = stamp_of(e.get("time"))
+        if before is not None:
+            return before.get(manager_key(e)) != time
+        return time > newest or (time == newest and manager_key(e) not in latest)
+
+    touched = [e for e in field_entries(obj) if stamped(e)]
     chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
         return UNKNOWN, None
@@ -253,7 +246,7 @@ class _Seen:
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
     # index's copy keeps no managedFields but the GitOps tools').
     managers: dict[str, int] | None
-    last: int
+    last: tuple[float, tuple[str, ...]]
 
     def decoded(self, kind: Kind) -> dict[str, Any]:
         if self.fields is None:
@@ -367,7 +360,8 @@ class History:
             if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
                 return  # a relist's copy of what was seen: nothing to decode
             if prev is None or prev.uid != state.uid:
-                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, state.stamp)
+                last = (state.stamp, state.latest)
+                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, last)
                 self._first_sight(kind, state)
                 return
             obj = state.obj()
@@ -384,7 +378,7 @@ class History:
             return  # not newer than what was seen (a late or repeated event)
         fields = owned_fields(kind, obj)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            self._seen[key] = _Seen(uid, rv, None, fields, None, state.stamp)
+            self._seen[key] = _Seen(uid, rv, None, fields, None, (state.stamp, state.latest))
         else:
             self._seen[key] = _Seen(uid, rv, None, fields, stamps(obj), last_changed(obj))
         if uid is None:

@@ -605,3 +605,20 @@ def test_a_change_waits_for_an_api_server_that_is_away_rather_than_be_lost() -> 
         assert replica.metrics.history_entries.labels("failed")._value.get() == 1
 
     vtime.run(scenario())
+
+
+def test_a_change_in_the_same_second_as_the_listed_state_is_still_named() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        index = Service.index_for([LLM])
+        replica = _replica(kube)
+        index.on_observed(replica.observe)
+        index.replace(PLURAL, [index.entry(PLURAL, _state(10, _managed(CREATED)))], GROUP)
+        # kubectl edit within the second the CR was created in.
+        edit = ("kubectl-edit", CREATED[1], ["priority"])
+        index.upsert(PLURAL, _state(11, _managed(CREATED, edit), priority=4))
+        await _settle(replica)
+        (entry,) = _revisions(kube)
+        assert _by(entry)[:2] == ("kubectl-edit", "kubectl-edit")
+
+    vtime.run(scenario())
