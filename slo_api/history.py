@@ -38,7 +38,7 @@ import asyncio
 import contextvars
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -183,7 +183,10 @@ def stamps(obj: Obj) -> dict[str, int]:
 
 
 def changed_by(
-    before: Mapping[str, int] | None, last: tuple[float, tuple[str, ...]], obj: Obj
+    before: Mapping[str, int] | None,
+    last: tuple[float, tuple[str, ...]],
+    obj: Obj,
+    fields: Iterable[str] = (),
 ) -> tuple[str, str | None]:
     """The field manager that made a change, and when: the one whose managedFields entry the
     change stamped, compared with each manager's stamp before it (`before`) or, when only the
@@ -198,7 +201,19 @@ def changed_by(
             return before.get(manager_key(e)) != time
         return time > newest or (time == newest and manager_key(e) not in latest)
 
-    touched = [e for e in field_entries(obj) if stamped(e)]
+    entries = field_entries(obj)
+    touched = [e for e in entries if stamped(e)]
+    if not touched and entries:
+        # A manager changing it again within the second its entry was stamped in leaves the
+        # stamp as it was: then the one that owns a changed field and was stamped last.
+        keys = {"f:" + f.removeprefix("pool.") for f in fields}
+        newest = max(stamp_of(e.get("time")) for e in entries)
+        touched = [
+            e
+            for e in entries
+            if stamp_of(e.get("time")) == newest
+            and keys & set((e.get("fieldsV1") or {}).get("f:spec") or {})
+        ]
     chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
         return UNKNOWN, None
@@ -400,7 +415,7 @@ class History:
         changes = diff(kind, prev.decoded(kind), fields)
         if not changes:
             return
-        manager, when = changed_by(prev.managers, prev.last, obj)
+        manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
         change = _Change(kind, obj, changes, when or _now())
         mine = self._mine.get(rv) if rv is not None else None
         if mine is not None:

@@ -622,3 +622,30 @@ def test_a_change_in_the_same_second_as_the_listed_state_is_still_named() -> Non
         assert _by(entry)[:2] == ("kubectl-edit", "kubectl-edit")
 
     vtime.run(scenario())
+
+
+def test_a_manager_changing_again_within_its_stamps_second_is_still_named() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        other = _replica(kube)
+        first = ("slo-api", "2026-01-03T00:00:00Z", ["priority"])
+        other.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED, first), priority=2))
+        # Another replica's second write in that same second: slo-api's stamp does not move.
+        again = ("slo-api", "2026-01-03T00:00:00Z", ["priority", "maximumDeployment"])
+        bound = {"type": "replica", "value": 4}
+        other.observe(
+            PLURAL,
+            GROUP,
+            NAME,
+            _state(11, _managed(CREATED, again), priority=2, maximumDeployment=bound),
+        )
+        assert other.by(11) == {
+            "actor": "unknown",
+            "via": "slo-api",
+            "requestId": None,
+            "clientRequestId": None,
+        }
+        await _settle(other)  # no replica made it here: kept, as `unknown` via slo-api
+        assert [_by(e) for e in _revisions(kube)] == [("unknown", "slo-api", None, None)]
+
+    vtime.run(scenario())
