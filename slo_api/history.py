@@ -35,6 +35,7 @@ once carried; until then reads show its entries too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import logging
@@ -305,6 +306,8 @@ class History:
         self._recording: dict[str, set[asyncio.Task[None]]] = {}
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Changes made by slo-api that no answer here named yet, waiting (by version).
+        self._answers: dict[int, asyncio.Event] = {}
         # Per CR uid: this replica's writes whose change the informers have not brought yet.
         self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         # The version the informers last reached of the CRs most recently changed (a write's
@@ -328,6 +331,9 @@ class History:
         mine, rv, uid = writer.get(), rv_number(obj), uid_of(obj)
         if mine is not None and rv is not None:
             self._mine[rv] = mine
+            answered = self._answers.get(rv)
+            if answered is not None:  # its event came first, and waits for this answer
+                answered.set()
             if uid and self.enabled and self._reached.get(uid, -1) < rv:
                 # Until the watch brings it, a read of this route here waits for it.
                 waiting = asyncio.get_running_loop().create_future()
@@ -471,8 +477,18 @@ class History:
         if not self.enabled:
             return
 
+        answered = asyncio.Event()
+        if rv is not None:
+            self._answers[rv] = answered
+
         async def wait() -> None:
-            await asyncio.sleep(self.grace)
+            # Until this replica's own answer names the change (see `wrote`), or the grace
+            # is over: then it was another replica's.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.grace):
+                    await answered.wait()
+            if rv is not None and self._answers.get(rv) is answered:
+                del self._answers[rv]
             mine = self._mine.get(rv) if rv is not None else None
             if mine is not None:
                 await self._store(change, mine[0], SELF, mine[1], mine[2], owners)

@@ -3,6 +3,7 @@ once with who made it, whatever the interleaving; bounded per CR and in size; pe
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -647,5 +648,28 @@ def test_a_manager_changing_again_within_its_stamps_second_is_still_named() -> N
         }
         await _settle(other)  # no replica made it here: kept, as `unknown` via slo-api
         assert [_by(e) for e in _revisions(kube)] == [("unknown", "slo-api", None, None)]
+
+    vtime.run(scenario())
+
+
+def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_comes() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        loop = asyncio.get_running_loop()
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
+        replica.observe(PLURAL, GROUP, NAME, mine)  # the event, before the answer
+        started = loop.time()
+        token = writer.set(("alice", "own-1", None))
+        replica.wrote(mine)
+        writer.reset(token)
+        await until(lambda: bool(_revisions(kube)), "recorded")
+        # Recorded at the answer, long before another replica's grace ends.
+        assert loop.time() - started < GRACE
+        assert [_by(e) for e in _revisions(kube)] == [("alice", "slo-api", "own-1", None)]
+        await _settle(replica)
 
     vtime.run(scenario())
