@@ -5,6 +5,7 @@ sloctl's revert."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import os
@@ -578,3 +579,51 @@ async def test_a_replica_whose_watch_lags_records_nothing_twice(
         ("kubectl-patch", "kubectl-patch", None),
         ("token:write", "slo-api", "a"),
     ]
+
+
+async def test_two_overlapping_puts_on_one_replica_each_keep_their_request(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    _, route, _ = _setup(admin)
+    async with served(slo_api_kubeconfig) as (service, client):
+        await service.eventually(_indexed(service, route), what="indexed")
+        request = client.build_request("GET", "/config", params={"watch": "true"})
+        response = await client.send(request, stream=True)
+        try:
+            stream = Stream(response)
+            await stream.until(initial)
+            bound = {"type": "replica", "value": 4}
+            first, second = await asyncio.gather(
+                client.put(f"/routes/{route}", json={"priority": 3}, headers={"X-Request-Id": "p"}),
+                client.put(
+                    f"/routes/{route}",
+                    json={"maximumDeployment": bound},
+                    headers={"X-Request-Id": "m"},
+                ),
+            )
+            assert first.status_code == second.status_code == 200
+            events = await stream.until(
+                lambda e: (
+                    e["type"] == "MODIFIED"
+                    and e["object"].get("priority") == 3
+                    and e["object"].get("maximumDeployment") == bound
+                )
+            )
+        finally:
+            await response.aclose()
+        history = await _recorded(service, route, 2)
+    assert history["total"] == 2, history
+    by_version = {e["id"]: e["clientRequestId"] for e in history["items"]}
+    assert by_version == {
+        first.headers["ETag"].strip('"'): "p",
+        second.headers["ETag"].strip('"'): "m",
+    }
+    # The stream names the same request for each change as the history does.
+    for event in (e for e in events if e["type"] == "MODIFIED"):
+        changed = [e for e in history["items"] if e["after"] == _owned(event["object"])]
+        assert [event["by"]["clientRequestId"]] == [e["clientRequestId"] for e in changed]
+
+
+def _owned(body: dict[str, Any]) -> dict[str, Any]:
+    keep = ("route", "kind", "priority", "minimumDeployment", "maximumDeployment", "ttft", "otps")
+    return {k: v for k, v in body.items() if k in keep}
