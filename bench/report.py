@@ -665,7 +665,7 @@ What limits the goals marked **no**:
   price of reads that may lag a write made elsewhere.
 - **PUT /routes/{{route}}** takes the same lean path (served in-process with no API server, from
   about 350 to 160 microseconds). Beside the merge patch, a write through slo-api also has an
-  Event written and the change recorded in the route's history (a ConfigMap read and write; a
+  Event written and the change recorded in the route's history (one RouteRevision created; a
   direct patch's change is recorded too, once slo-api's watch sees it): more API server work on
   the same two cores than the direct merge patch it is compared with.
 The change-stream rows depend on `WATCH_FLUSH_SECONDS` (0.1 s): slo-api is one event loop, and

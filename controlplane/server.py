@@ -85,7 +85,7 @@ class _Process:
 
 # The controllers the tests need: the aggregation one fills ClusterRoles with an aggregationRule
 # (the built-in admin, edit and view) from the ClusterRoles labelled for them, as in a real
-# cluster; the garbage collector removes what a CR owns (a route's history ConfigMap) with it.
+# cluster; the garbage collector removes what a CR owns (a route's revisions) with it.
 CONTROLLERS = "clusterrole-aggregation-controller,garbage-collector-controller"
 
 

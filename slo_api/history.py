@@ -1,24 +1,35 @@
 """A route's history: who changed its client-owned fields, when, from what, and the body after.
 
-Where it lives: one ConfigMap per CR whose fields ever changed, in the CR's namespace, owned by
-the CR (an ownerReference, so the garbage collector removes it with the CR). Its `entries` key
-holds the last `ROUTE_HISTORY_ENTRIES` changes as a JSON list, oldest first. A CR that never
-changed has no ConfigMap, and nothing is held in memory: a read is one GET.
+Where it lives: one immutable `RouteRevision` per change, in the CR's namespace, owned by the
+CR (the garbage collector removes them with it), labelled with the CR's uid, and named from
+that uid and the resourceVersion the change made: the same change always gets the same name,
+so a second replica's create of it is an AlreadyExists that changes nothing, and a CR deleted
+and created again (a new uid) starts a history of its own. Each CR keeps its newest
+`ROUTE_HISTORY_ENTRIES` revisions; the older ones are deleted. No value is stored beyond
+`VALUE_CAP` bytes (a larger one is kept as its sha256 and size), so no revision can grow
+past what the API server stores and no route's history can stop recording.
 
-Who records what, so that every change is kept once:
-- a write through slo-api is recorded by the replica that made it, which alone knows the
-  caller and the request id (`record_write`);
-- every replica's informer sees every change (`observe`), and records only those whose field
-  manager (from `managedFields`) is not slo-api: changes made around it.
-Both replicas that see a change around slo-api record the same entry (its id is the CR's
-resourceVersion, and the ConfigMap is owned by the CR's uid): the store is a read followed by a
-create or a conditional update (resourceVersion), and an entry already there is a no-op, so the
-second writer changes nothing.
+What a revision says comes from the watch only: each is the difference between two
+consecutive states the informers observed for one CR (never a write's answer). Who made it:
+- a write through slo-api is recorded by the replica that made it, with its caller and
+  request ids: the replica notes the resourceVersion the API server answered (`wrote`), and
+  the informer's event carrying that version is its change;
+- any other change names the field manager whose managedFields entry it touched, or
+  `unknown`;
+- a change whose manager is slo-api that this replica did not make is some other replica's:
+  it is left to that replica for `GRACE` (the upstream timeout: its answer has arrived by
+  then), then recorded with the actor `unknown` if nobody did (a create that is a no-op when
+  the other replica did). A replica whose own write finds such a placeholder replaces it.
+A relist shows a new state without the ones between: the change recorded is from the last
+state observed to the listed one.
 
-Recording happens off the request path, by one task per ConfigMap that stores whatever is
-pending for it at once (so a replica's own entries never race each other, and a route changed
-many times a second costs a read and a write per round trip); a read on that replica waits for
-that task first, so a caller reads its own change.
+Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py): kept in
+memory per CR for the write guard (`remembered`), and read back from the newest revision after
+a restart for the CRs that carry a GitOps marker.
+
+History kept by earlier versions in one ConfigMap per CR (label `LEGACY_LABEL`) is carried
+over into revisions once (`migrate`, by any replica, idempotently) and each ConfigMap deleted
+once carried; until then reads show its entries too.
 """
 
 from __future__ import annotations
@@ -28,17 +39,30 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from slo_api.bounded import BoundedDict
-from slo_api.index import resource_version, rv_number, uid_of
-from slo_api.kinds.base import Kind, Obj, spec
-from slo_api.kube import Kube, KubeError, log_failure
+from slo_api.index import (
+    Entry,
+    Name,
+    field_entries,
+    last_changed,
+    manager_key,
+    resource_version,
+    rv_number,
+    stamp_of,
+    uid_of,
+)
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
+from slo_api.ownership import Owner, Ownership, marker
+from slo_api.recovery import Backoff
 from slo_api.service import Target
 from slo_api.upstream import failure
 
@@ -46,18 +70,38 @@ log = logging.getLogger("slo_api.history")
 
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
-STORE_ATTEMPTS = 5
-# What to check when the API server refuses slo-api the history's ConfigMaps.
-ROLE = "that it may get, create and update configmaps (ClusterRole slo-api:history)"
-LABEL = "slo-api.modelsphere.dev/history-of"
-MAX_NAME = 253
-# Who made the most recent changes seen by the informers, by resourceVersion: what the change
-# stream says (`by`) of a change made around slo-api, or through another replica.
+UNKNOWN = "unknown"
+GROUP = "slo-api.modelsphere.dev"
+REVISIONS = Resource(GROUP, "v1alpha1", "routerevisions")
+UID_LABEL = f"{GROUP}/uid"
+KIND_LABEL = f"{GROUP}/kind"
+# Where earlier versions kept a CR's history (one ConfigMap per CR): carried over, then gone.
+LEGACY_LABEL = f"{GROUP}/history-of"
+# What to check when the API server refuses slo-api its revisions.
+ROLE = (
+    "that it may get, list, create and delete routerevisions.slo-api.modelsphere.dev "
+    "(ClusterRole slo-api:history) and that the RouteRevision CRD is installed"
+)
+# A value (a field before or after, in the API's JSON) above this many bytes is kept as its
+# digest: 5 fields x 3 values stay far below what one object may hold.
+VALUE_CAP = 8 * 1024
+# This replica's own writes remembered by resourceVersion until their event arrives.
+MINE_KEPT = 4096
+# Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
 BY_KEPT = 4096
+# ConfigMaps of earlier versions listed at once (the seam's page).
+LEGACY_PAGE = 500
+# CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
+FIRSTS_AT_ONCE = 1000
+# How long a change is retried while the API server is away or failing before it is given up
+# (and counted `failed`).
+RECORD_PATIENCE = 300.0
+# Reads of the newest revision of GitOps-marked CRs after a restart, at once.
+SEEDS_AT_ONCE = 4
 
-# The caller and request id of the write this request is making: a change the index stores
-# while it is set (the write's own result) came from this replica's caller.
-writer: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
+# The caller of the write this request is making: (actor, requestId, clientRequestId).
+Writer = tuple[str, str | None, str | None]
+writer: contextvars.ContextVar[Writer | None] = contextvars.ContextVar(
     "history_writer", default=None
 )
 
@@ -89,10 +133,9 @@ def owned_fields(kind: Kind, obj: Obj) -> dict[str, Any]:
     return out
 
 
-def owned_body(kind: Kind, obj: Obj) -> Obj:
-    """The route's body restricted to what a client may change: what a revert PUTs back."""
-    fields = owned_fields(kind, obj)
-    body: Obj = {"route": kind.route_of(obj), "kind": kind.name}
+def body_of(kind: Kind, route: str, fields: Mapping[str, Any]) -> Obj:
+    """A route's body from its client-owned fields: what a revert PUTs back."""
+    body: Obj = {"route": route, "kind": kind.name}
     for name, value in fields.items():
         if name.startswith("pool."):
             body.setdefault("pool", {})[name[len("pool.") :]] = value
@@ -101,9 +144,13 @@ def owned_body(kind: Kind, obj: Obj) -> Obj:
     return body
 
 
-def changes_between(kind: Kind, before: Obj, after: Obj) -> list[Obj]:
+def owned_body(kind: Kind, obj: Obj) -> Obj:
+    """The route's body restricted to what a client may change."""
+    return body_of(kind, kind.route_of(obj), owned_fields(kind, obj))
+
+
+def diff(kind: Kind, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Obj]:
     """Each client-owned field that differs, with its value before and after (None: unset)."""
-    old, new = owned_fields(kind, before), owned_fields(kind, after)
     return [
         {"field": name, "from": old.get(name), "to": new.get(name)}
         for name in OWNED.get(kind.name, ())
@@ -111,40 +158,68 @@ def changes_between(kind: Kind, before: Obj, after: Obj) -> list[Obj]:
     ]
 
 
-def _spec_key(field: str) -> str:
-    return field.removeprefix("pool.")
+def changes_between(kind: Kind, before: Obj, after: Obj) -> list[Obj]:
+    return diff(kind, owned_fields(kind, before), owned_fields(kind, after))
 
 
-def changed_by(obj: Obj, fields: list[str]) -> tuple[str, str | None]:
-    """The field manager that made the latest change to `fields`, and when.
+def capped(value: Any) -> Any:
+    """`value`, or where its JSON is over VALUE_CAP bytes, its sha256 and size instead."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    if len(data) <= VALUE_CAP:
+        return value
+    return {"digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
 
-    An Update moves the ownership of the fields it changes to its manager, so the manager that
-    now owns a changed field is the one that changed it. A field removed is owned by nobody:
-    then the manager whose entry was touched last (entries carry the time of their last change).
-    """
-    entries = [
-        e
-        for e in (obj.get("metadata") or {}).get("managedFields") or []
-        if isinstance(e, dict) and not e.get("subresource")
-    ]
-    keys = {"f:" + _spec_key(f) for f in fields}
-    owners = [
-        e for e in entries if keys & set(((e.get("fieldsV1") or {}).get("f:spec") or {}).keys())
-    ]
-    chosen = max(owners or entries, key=lambda e: str(e.get("time") or ""), default=None)
+
+def revision_name(uid: str, rv: str) -> str:
+    """One change's revision: the CR's uid (36 characters) and the version the change made."""
+    return f"{uid}.{rv}"
+
+
+def stamps(obj: Obj) -> dict[str, int]:
+    """When each field manager (and operation) last changed the object: an Update stamps its
+    entry with the time of the change; another manager taking or removing its fields does not."""
+    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
+
+
+def changed_by(
+    before: Mapping[str, int] | None,
+    last: tuple[float, tuple[str, ...]],
+    obj: Obj,
+    fields: Iterable[str] = (),
+) -> tuple[str, str | None]:
+    """The field manager that made a change, and when: the one whose managedFields entry the
+    change stamped, compared with each manager's stamp before it (`before`) or, when only the
+    newest stamp and the entries that carried it are known (a state first seen in a list:
+    `last`), newer than that. None stamped (a field removed by a manager that then owns
+    nothing keeps no entry): `unknown`."""
+    newest, latest = last
+
+    def stamped(e: Obj) -> bool:
+        time = stamp_of(e.get("time"))
+        if before is not None:
+            return before.get(manager_key(e)) != time
+        return time > newest or (time == newest and manager_key(e) not in latest)
+
+    entries = field_entries(obj)
+    touched = [e for e in entries if stamped(e)]
+    if not touched and entries:
+        # A manager changing it again within the second its entry was stamped in leaves the
+        # stamp as it was: then the one that owns a changed field and was stamped last.
+        keys = {"f:" + f.removeprefix("pool.") for f in fields}
+        newest = max(stamp_of(e.get("time")) for e in entries)
+        touched = [
+            e
+            for e in entries
+            if stamp_of(e.get("time")) == newest
+            and keys & set((e.get("fieldsV1") or {}).get("f:spec") or {})
+        ]
+    chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
-        return "unknown", None
+        return UNKNOWN, None
     time = chosen.get("time")
-    return str(chosen.get("manager") or "unknown"), str(time) if time else None
-
-
-def history_name(kind: Kind, name: str) -> str:
-    """The ConfigMap holding a CR's history: readable, and within a name's 253 characters."""
-    full = f"slo-history.{kind.name}.{name}"
-    if len(full) <= MAX_NAME:
-        return full
-    digest = hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
-    return f"{full[: MAX_NAME - len(digest) - 1].rstrip('.-')}.{digest}"
+    return str(chosen.get("manager") or UNKNOWN), str(time) if time else None
 
 
 def _now() -> str:
@@ -156,256 +231,659 @@ def _order(entry: Obj) -> int:
     return int(ident) if ident.isdigit() else -1
 
 
-def _owner(obj: Obj, api_version: str) -> Obj:
-    meta = obj.get("metadata") or {}
+def _owners_json(owners: Mapping[str, Owner]) -> Obj:
     return {
-        "apiVersion": api_version,
-        "kind": str(obj.get("kind", "")),
-        "name": str(meta.get("name", "")),
-        "uid": uid_of(obj) or "",
+        f: {"manager": o.manager, "operation": o.operation, "time": o.time}
+        for f, o in sorted(owners.items())
     }
 
 
-def _entries(cm: Obj) -> list[Obj]:
-    raw = (cm.get("data") or {}).get("entries")
-    try:
-        value = orjson.loads(raw) if raw else []
-    except orjson.JSONDecodeError:
-        meta = cm.get("metadata") or {}
-        log.warning(
-            "history ConfigMap %s/%s holds unreadable entries: starting it again",
-            meta.get("namespace"),
-            meta.get("name"),
-        )
-        return []
-    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+def _owners_of(entry: Obj) -> dict[str, Owner]:
+    raw = entry.get("owners")
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        str(f): Owner(str(f), str(o.get("manager")), str(o.get("operation")), str(o.get("time")))
+        for f, o in raw.items()
+        if isinstance(o, dict)
+    }
 
 
-def _owned_by(cm: Obj, uid: str) -> bool:
-    refs = (cm.get("metadata") or {}).get("ownerReferences") or []
-    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
+@dataclass(slots=True)
+class _Seen:
+    """The last state the informers observed of one CR (per API group): enough to diff. A
+    state first seen in a list is kept as the index's entry (shared, not copied) and decoded
+    only when the CR changes: a list of 100,000 CRs decodes none of them here."""
+
+    uid: str | None
+    rv: int | None
+    entry: Entry | None
+    fields: dict[str, Any] | None
+    # When each manager last changed it (None: only the newest of them, `last`, is known: the
+    # index's copy keeps no managedFields but the GitOps tools').
+    managers: dict[str, int] | None
+    last: tuple[float, tuple[str, ...]]
+
+    def decoded(self, kind: Kind) -> dict[str, Any]:
+        if self.fields is None:
+            self.fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
+            self.entry = None
+        return self.fields
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    kind: Kind
+    obj: Obj
+    changes: list[Obj]
+    when: str
 
 
 class History:
     def __init__(
-        self, kube: Kube, kinds: list[Kind], limit: int, metrics: Metrics | None = None
+        self,
+        kube: Kube,
+        kinds: list[Kind],
+        limit: int,
+        metrics: Metrics | None = None,
+        ownership: Ownership | None = None,
+        grace: float | None = None,
     ) -> None:
         self.kube = kube
         self.metrics = metrics or Metrics()
         self.kinds = {k.resource.plural: k for k in kinds}
         self.limit = limit
-        # Per ConfigMap: entries waiting to be stored, and the one task storing them.
-        self._pending: dict[tuple[str, str], list[tuple[Obj, Kind, Obj]]] = {}
-        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.ownership = ownership or Ownership()
+        # How long a change made through slo-api is left to the replica that made it.
+        self.grace = kube.timeout if grace is None else grace
+        self._seen: dict[tuple[str, str, Name], _Seen] = {}
+        self._mine: BoundedDict[int, Writer] = BoundedDict(MINE_KEPT)
         self._by: BoundedDict[int, Obj] = BoundedDict(BY_KEPT)
-        # Writes under way through this replica, by CR: their informer event may be stored
-        # before their result, outside the request (then who made it is known from here).
-        self._writing: dict[tuple[str, str, str], tuple[str, str | None]] = {}
+        # The GitOps owners in effect after the newest change observed, per CR uid.
+        self._remembered: dict[str, dict[str, Owner]] = {}
+        # Per CR uid: recordings under way (a read on this replica waits for them), and how
+        # many revisions it holds as far as this replica knows (None: not counted yet).
+        self._recording: dict[str, set[asyncio.Task[None]]] = {}
+        self._held: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Changes made by slo-api that no answer here named yet, waiting (by version).
+        self._answers: dict[int, asyncio.Event] = {}
+        # Per CR uid: this replica's writes whose change the informers have not brought yet.
+        self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+        # The version the informers last reached of the CRs most recently changed (a write's
+        # answer may come after its event).
+        self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
+        self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
+        # CRs first seen in a list, waiting to be looked at (see _first_sight).
+        self._firsts: list[tuple[Kind, Entry]] = []
+        self._firsts_task: asyncio.Task[None] | None = None
+        # ConfigMaps of earlier versions not carried over yet (None: not looked for yet).
+        self._legacy_left: bool | None = None
 
     @property
     def enabled(self) -> bool:
         return self.limit > 0
 
+    # -- what the write path and the change stream ask -------------------------------------
+
+    def wrote(self, obj: Obj) -> None:
+        """A write through this replica was answered with `obj`: its change is this caller's."""
+        mine, rv, uid = writer.get(), rv_number(obj), uid_of(obj)
+        if mine is not None and rv is not None:
+            self._mine[rv] = mine
+            answered = self._answers.get(rv)
+            if answered is not None:  # its event came first, and waits for this answer
+                answered.set()
+            if uid and self.enabled and self._reached.get(uid, -1) < rv:
+                # Until the watch brings it, a read of this route here waits for it.
+                waiting = asyncio.get_running_loop().create_future()
+                self._unseen.setdefault(uid, []).append((rv, waiting))
+
     def by(self, rv: int) -> Obj | None:
-        """Who made the change the index is storing now (at resourceVersion `rv`), as the
-        history records it: the caller and request id for a write through this replica, the
-        field manager for a change seen by the informers (through another replica: only
-        `slo-api`); None when unknown or when it is no recorded change."""
-        if not self.enabled:
-            return None
-        mine = writer.get()
+        """Who made the change at resourceVersion `rv`, as the history records it: the caller
+        and request ids for a write through this replica, the field manager for a change the
+        informers saw; None when not known."""
+        mine = self._mine.get(rv)
         if mine is not None:
-            return {"actor": mine[0], "via": SELF, "requestId": mine[1]}
+            return _who(mine[0], SELF, mine[1], mine[2])
         return self._by.get(rv)
 
-    @contextlib.contextmanager
-    def writing(self, target: Target, actor: str, request_id: str | None) -> Iterator[None]:
-        """Around a write through this replica: whom a change of its CR is attributed to."""
-        key = (target.kind.resource.plural, target.namespace, target.name)
-        self._writing[key] = (actor, request_id)
-        try:
-            yield
-        finally:
-            self._writing.pop(key, None)
+    def remembered(self, obj: Obj) -> Mapping[str, Owner]:
+        """The GitOps owners in effect for the CR after its newest observed change."""
+        uid = uid_of(obj)
+        return self._remembered.get(uid, {}) if uid else {}
 
-    def _seen(self, plural: str, obj: Obj, manager: str) -> None:
-        meta = obj.get("metadata") or {}
-        rv = rv_number(obj)
-        if rv is None:
+    def _owners_after(
+        self, before: Mapping[str, Owner], old: Obj | None, new: Obj
+    ) -> dict[str, Owner]:
+        # The one place the ownership rule is applied to a change: a field a GitOps tool
+        # applied stays the tool's after a forced write or a kubectl edit, until it applies
+        # again (`before` is what was in effect after the previous observed state).
+        return self.ownership.carry(before, old, new)
+
+    # -- observing -------------------------------------------------------------------------
+
+    def observe(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+        """The index's observer: a state the informers saw (an event or a relist's), or None
+        when the CR is gone."""
+        kind = self.kinds.get(plural)
+        if kind is None:
             return
-        actor, request_id = None if manager == SELF else manager, None
+        key = (plural, group, name)
+        if state is None:
+            seen = self._seen.pop(key, None)
+            if seen is not None and seen.uid:
+                self._remembered.pop(seen.uid, None)
+                self._held.pop(seen.uid, None)
+                self._arrived(seen.uid, None)
+            return
+        prev = self._seen.get(key)
+        if isinstance(state, Entry):
+            if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
+                return  # a relist's copy of what was seen: nothing to decode
+            if prev is None or prev.uid != state.uid:
+                last = (state.stamp, state.latest)
+                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, last)
+                self._first_sight(kind, state)
+                return
+            obj = state.obj()
+        else:
+            obj = state
+        uid, rv = uid_of(obj), rv_number(obj)
+        if (
+            prev is not None
+            and prev.uid == uid
+            and rv is not None
+            and prev.rv is not None
+            and rv <= prev.rv
+        ):
+            return  # not newer than what was seen (a late or repeated event)
+        fields = owned_fields(kind, obj)
+        if isinstance(state, Entry):  # a relist's: managedFields trimmed
+            self._seen[key] = _Seen(uid, rv, None, fields, None, (state.stamp, state.latest))
+        else:
+            self._seen[key] = _Seen(uid, rv, None, fields, stamps(obj), last_changed(obj))
+        if uid is None:
+            return
+        if uid in self._unseen:
+            self._arrived(uid, rv)
+        if rv is not None and prev is not None:  # a change, not a first sight
+            self._reached.pop(uid, None)
+            self._reached[uid] = rv
+        before = self._remembered.get(uid)
+        owners = self._owners_after(before or {}, None, obj)
+        if owners or before:
+            self._remembered[uid] = owners
+        if prev is None or prev.uid != uid:
+            # First seen here (a start, or a re-created CR): nothing to diff with.
+            if before is None and self.enabled and marker(obj) is not None:
+                self._spawn(self._seed(kind, obj, uid))
+            return
+        changes = diff(kind, prev.decoded(kind), fields)
+        if not changes:
+            return
+        manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
+        change = _Change(kind, obj, changes, when or _now())
+        mine = self._mine.get(rv) if rv is not None else None
+        if mine is not None:
+            self._record(change, mine[0], SELF, mine[1], mine[2], owners)
+            return
+        self._by[rv or 0] = _who(UNKNOWN if manager == SELF else manager, manager, None, None)
         if manager == SELF:
-            mine = self._writing.get((plural, str(meta.get("namespace")), str(meta.get("name"))))
-            if mine is not None:
-                actor, request_id = mine
-        self._by[rv] = {"actor": actor, "via": manager, "requestId": request_id}
+            # Another replica's write, or this one's whose answer is still on its way.
+            self._later(change, rv, owners)
+        else:
+            self._record(change, manager, manager, None, None, owners)
 
-    # -- recording -------------------------------------------------------------------------
+    def _first_sight(self, kind: Kind, entry: Entry) -> None:
+        """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
+        those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
+        a turn of the loop (a list of 100,000 CRs must not stall it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # an index filled outside a running service: nothing to look up
+        self._firsts.append((kind, entry))
+        if self._firsts_task is None or self._firsts_task.done():
+            self._firsts_task = loop.create_task(self._look_at_firsts())
 
-    def record_write(
-        self, target: Target, before: Obj, after: Obj, actor: str, request_id: str | None
-    ) -> None:
-        """A change made through slo-api, attributed to its caller (recorded in the background)."""
+    async def _look_at_firsts(self) -> None:
+        while self._firsts:
+            batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
+            for kind, entry in batch:
+                if entry.uid is None or entry.uid in self._remembered:
+                    continue  # gone or changed since: what was seen then is newer
+                obj = entry.obj()
+                owners = self._owners_after({}, None, obj)
+                if owners:
+                    self._remembered[entry.uid] = owners
+                if self.enabled and marker(obj) is not None:
+                    self._spawn(self._seed(kind, obj, entry.uid))
+            await asyncio.sleep(0)
+
+    def _arrived(self, uid: str, rv: int | None) -> None:
+        """The informers reached `rv` of a CR (None: it is gone): this replica's writes up
+        to it are no longer awaited."""
+        left = []
+        for wanted, waiting in self._unseen.pop(uid, []):
+            if rv is None or wanted <= rv:
+                if not waiting.done():
+                    waiting.set_result(None)
+            else:
+                left.append((wanted, waiting))
+        if left:
+            self._unseen[uid] = left
+
+    def _later(self, change: _Change, rv: int | None, owners: dict[str, Owner]) -> None:
         if not self.enabled:
             return
-        changes = changes_between(target.kind, before, after)
-        if not changes:
-            return
-        entry = self._entry(target.kind, after, actor, SELF, request_id, changes, _now())
-        self._enqueue(target.kind, after, target.api_version, entry)
 
-    def observe(self, plural: str, old: Callable[[], Obj], new: Obj) -> None:
-        """The index's update observer: record a change made around slo-api."""
-        kind = self.kinds.get(plural)
-        if kind is None or not self.enabled:
-            return
-        before = old()
-        if spec(before) == spec(new):  # status, labels, ...: not the client's fields
-            return
-        changes = changes_between(kind, before, new)
-        if not changes:
-            return
-        manager, when = changed_by(new, [c["field"] for c in changes])
-        self._seen(plural, new, manager)
-        if manager == SELF:  # the replica that wrote it records it, with the caller
-            return
-        entry = self._entry(kind, new, manager, manager, None, changes, when or _now())
-        self._enqueue(kind, new, str(new.get("apiVersion", "")), entry)
+        answered = asyncio.Event()
+        if rv is not None:
+            self._answers[rv] = answered
 
-    @staticmethod
-    def _entry(
-        kind: Kind,
-        after: Obj,
+        async def wait() -> None:
+            # Until this replica's own answer names the change (see `wrote`), or the grace
+            # is over: then it was another replica's.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.grace):
+                    await answered.wait()
+            if rv is not None and self._answers.get(rv) is answered:
+                del self._answers[rv]
+            mine = self._mine.get(rv) if rv is not None else None
+            if mine is not None:
+                await self._store(change, mine[0], SELF, mine[1], mine[2], owners)
+            else:
+                await self._store(change, UNKNOWN, SELF, None, None, owners, placeholder=True)
+
+        self._spawn(wait(), uid_of(change.obj))
+
+    def _record(
+        self,
+        change: _Change,
         actor: str,
         via: str,
         request_id: str | None,
-        changes: list[Obj],
-        when: str,
+        client_request_id: str | None,
+        owners: dict[str, Owner],
+    ) -> None:
+        if self.enabled:
+            self._spawn(
+                self._store(change, actor, via, request_id, client_request_id, owners),
+                uid_of(change.obj),
+            )
+
+    def _spawn(self, work: Any, uid: str | None = None) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if uid:
+            waiting = self._recording.setdefault(uid, set())
+            waiting.add(task)
+
+            def done(t: asyncio.Task[None]) -> None:
+                waiting.discard(t)
+                if not waiting and self._recording.get(uid) is waiting:
+                    del self._recording[uid]
+
+            task.add_done_callback(done)
+
+    # -- storing ---------------------------------------------------------------------------
+
+    def _entry(
+        self,
+        change: _Change,
+        actor: str,
+        via: str,
+        request_id: str | None,
+        client_request_id: str | None,
+        owners: Mapping[str, Owner],
     ) -> Obj:
+        kind, obj = change.kind, change.obj
+        after = owned_fields(kind, obj)
         return {
-            "id": resource_version(after),
-            "time": when,
+            "id": resource_version(obj),
+            "time": change.when,
             "actor": actor,
             "via": via,
             "requestId": request_id,
-            "changes": changes,
-            "after": owned_body(kind, after),
+            "clientRequestId": client_request_id,
+            "changes": [
+                {"field": c["field"], "from": capped(c["from"]), "to": capped(c["to"])}
+                for c in change.changes
+            ],
+            "after": body_of(kind, kind.route_of(obj), {k: capped(v) for k, v in after.items()}),
+            "owners": _owners_json(owners),
         }
 
-    def _enqueue(self, kind: Kind, obj: Obj, api_version: str, entry: Obj) -> None:
+    def _revision(self, kind: Kind, obj: Obj, entry: Obj) -> Obj:
         meta = obj.get("metadata") or {}
-        namespace = str(meta.get("namespace", ""))
-        key = (namespace, history_name(kind, str(meta.get("name", ""))))
-        self._pending.setdefault(key, []).append((_owner(obj, api_version), kind, entry))
-        if key not in self._workers:
-            self._workers[key] = asyncio.create_task(self._drain(key), name=f"history-{key[1]}")
-
-    async def _drain(self, key: tuple[str, str]) -> None:
-        """Store what is pending for one ConfigMap, all of it at once, until nothing is.
-
-        Entries that arrive while a store is under way wait for the next one: a route written
-        many times a second costs one read and one write of its history per round trip, not
-        per change.
-        """
-        try:
-            while batch := self._pending.pop(key, None):
-                # One store per CR (uid): a batch rarely spans a delete and re-create.
-                start = 0
-                for end in range(1, len(batch) + 1):
-                    if end == len(batch) or batch[end][0]["uid"] != batch[start][0]["uid"]:
-                        owner, kind, _ = batch[start]
-                        entries = [entry for _, _, entry in batch[start:end]]
-                        try:
-                            await self._store(key, owner, kind, entries)
-                        except KubeError as exc:
-                            self._count("failed", len(entries))
-                            log_failure(
-                                log, exc, "storing history entries in {}/{}".format(*key), ROLE
-                            )
-                        except Exception:
-                            self._count("failed", len(entries))
-                            log.exception("history entries could not be stored in %s/%s", *key)
-                        start = end
-        finally:
-            del self._workers[key]
-
-    async def _store(self, key: tuple[str, str], owner: Obj, kind: Kind, new: list[Obj]) -> None:
-        namespace, name = key
-        for _ in range(STORE_ATTEMPTS):
-            try:
-                cm: Obj | None = await self.kube.get_config_map(namespace, name)
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise
-                cm = None
-            # A ConfigMap left by an earlier CR of the same name (not collected yet) is reused.
-            held = _entries(cm) if cm is not None and _owned_by(cm, owner["uid"]) else []
-            ids = {e.get("id") for e in held}
-            # Already there: recorded by the other replica, or by an earlier attempt.
-            fresh = [e for e in new if e["id"] not in ids]
-            if not fresh:
-                self._count("already", len(new))
-                return
-            entries = sorted([*held, *fresh], key=_order)[-self.limit :]
-            if not any(e in entries for e in fresh):
-                return  # older than everything kept
-            body = self._config_map(namespace, name, owner, kind, entries)
-            try:
-                if cm is None:
-                    await self.kube.create_config_map(namespace, body)
-                else:
-                    version = (cm.get("metadata") or {}).get("resourceVersion")
-                    body["metadata"]["resourceVersion"] = version
-                    await self.kube.replace_config_map(namespace, name, body)
-                self._count("stored", len(fresh))
-                self._count("already", len(new) - len(fresh))
-                return
-            except KubeError as exc:
-                # Created or changed meanwhile (by the other replica): read it again.
-                if exc.status == 409:
-                    continue
-                raise
-        self._count("failed", len(new))
-        log.warning("history %s/%s kept changing: %d entries not stored", namespace, name, len(new))
-
-    def _count(self, outcome: str, n: int) -> None:
-        if n:
-            self.metrics.history_entries.labels(outcome).inc(n)
-
-    @staticmethod
-    def _config_map(namespace: str, name: str, owner: Obj, kind: Kind, entries: list[Obj]) -> Obj:
+        uid = uid_of(obj) or ""
         return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
+            "apiVersion": f"{REVISIONS.group}/{REVISIONS.version}",
+            "kind": "RouteRevision",
             "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {"app.kubernetes.io/managed-by": "slo-api", LABEL: kind.name},
-                "ownerReferences": [owner],
+                "name": revision_name(uid, str(entry["id"])),
+                "namespace": str(meta.get("namespace", "")),
+                "labels": {
+                    "app.kubernetes.io/managed-by": SELF,
+                    UID_LABEL: uid,
+                    KIND_LABEL: kind.name,
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": str(obj.get("apiVersion", "")),
+                        "kind": str(obj.get("kind", "")),
+                        "name": str(meta.get("name", "")),
+                        "uid": uid,
+                    }
+                ],
             },
-            "data": {"entries": orjson.dumps(entries).decode()},
+            "data": orjson.dumps(entry).decode(),
         }
+
+    async def _store(
+        self,
+        change: _Change,
+        actor: str,
+        via: str,
+        request_id: str | None,
+        client_request_id: str | None,
+        owners: Mapping[str, Owner],
+        *,
+        placeholder: bool = False,
+    ) -> None:
+        entry = self._entry(change, actor, via, request_id, client_request_id, owners)
+        body = self._revision(change.kind, change.obj, entry)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        backoff = Backoff()
+        loop = asyncio.get_running_loop()
+        given_up_at = loop.time() + RECORD_PATIENCE
+        retried = False
+        while True:
+            try:
+                stored = await self._create(body, replaces=via == SELF and not placeholder)
+                self._count("stored" if stored else "already")
+                if stored:
+                    await self._prune(namespace, uid_of(change.obj) or "")
+                return
+            except KubeError as exc:
+                delay = exc.retry_after or backoff.next()
+                # The API server away, or busy: the change waits for it (a while), rather
+                # than be lost from the history.
+                if _passing(exc) and loop.time() + delay < given_up_at:
+                    if not retried:  # once, not at every retry
+                        log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                    retried = True
+                    await asyncio.sleep(delay)
+                    continue
+                self._count("failed")
+                log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                return
+            except Exception:
+                self._count("failed")
+                log.exception("a change of %s could not be recorded", namespace)
+                return
+
+    async def _create(self, body: Obj, *, replaces: bool) -> bool:
+        """Create a revision; False when it exists already (another replica's). With
+        `replaces` (this replica's own write), a placeholder another replica left for it
+        (`unknown`: it could not tell whose it was) gives way to it."""
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            await self.kube.create(REVISIONS, namespace, body)
+            return True
+        except KubeError as exc:
+            if exc.status != 409 or not replaces:
+                if exc.status == 409:
+                    return False
+                raise
+        held = await self.kube.get(REVISIONS, namespace, name)
+        if _data(held).get("actor") != UNKNOWN:
+            return False
+        uid = str((held.get("metadata") or {}).get("uid", ""))
+        try:
+            await self.kube.delete(REVISIONS, namespace, name, uid=uid)
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+        try:
+            await self.kube.create(REVISIONS, namespace, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            return False
+        return True
+
+    async def _list(self, namespace: str, uid: str) -> list[Obj]:
+        items: list[Obj] = []
+        continue_: str | None = None
+        waited = 0.0
+        while True:
+            try:
+                page = await self.kube.list(
+                    REVISIONS,
+                    namespace=namespace,
+                    label_selector=f"{UID_LABEL}={uid}",
+                    continue_=continue_,
+                )
+            except KubeError as exc:
+                # 429: the API server asks to come back (its cache of a newly installed kind
+                # is still filling, say): within the upstream timeout, as it says.
+                delay = exc.retry_after or 1.0
+                if exc.status != 429 or waited + delay > self.kube.timeout:
+                    raise
+                waited += delay
+                await asyncio.sleep(delay)
+                continue
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            continue_ = (page.get("metadata") or {}).get("continue") or None
+            if not continue_:
+                return items
+
+    async def _prune(self, namespace: str, uid: str) -> None:
+        """Keep the CR's newest `limit` revisions. Counted once per CR and process, then only
+        when it may be over the limit by a tenth: a list per change would double the cost."""
+        held = self._held.get(uid)
+        if held is not None:
+            held += 1
+            self._held[uid] = held
+            if held <= self.limit + self.limit // 10:
+                return
+        items = await self._list(namespace, uid)
+        items.sort(key=lambda r: _order(_data(r)))
+        extra = items[: max(0, len(items) - self.limit)]
+        for item in extra:
+            meta = item.get("metadata") or {}
+            try:
+                await self.kube.delete(
+                    REVISIONS, namespace, str(meta.get("name")), uid=str(meta.get("uid", ""))
+                )
+            except KubeError as exc:
+                if exc.status not in (404, 409):
+                    raise
+        self._held[uid] = len(items) - len(extra)
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.history_entries.labels(outcome).inc()
+
+    async def _seed(self, kind: Kind, obj: Obj, uid: str) -> None:
+        """After a start: the GitOps owners a marked CR's newest revision remembers."""
+        namespace = str((obj.get("metadata") or {}).get("namespace", ""))
+        async with self._seeds:
+            try:
+                entries = [_data(r) for r in await self._list(namespace, uid)]
+            except KubeError as exc:
+                log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
+                return
+        newest = max(entries, key=_order, default=None)
+        if newest is not None:
+            self._remembered[uid] = self._owners_after(_owners_of(newest), None, obj)
 
     # -- reading ---------------------------------------------------------------------------
 
     async def read(self, target: Target) -> list[Obj]:
-        """The route's history, newest first (this replica's pending entries included)."""
-        key = (target.namespace, history_name(target.kind, target.name))
-        pending = self._workers.get(key)
-        if pending is not None:
-            await asyncio.wait([pending], timeout=self.kube.timeout)
+        """The route's history (the CR the route resolved to, by uid), newest first."""
+        # A caller reads its own write: the change it made here is waited for (the watch
+        # brings it within milliseconds), and so is its recording.
+        unseen = [waiting for _, waiting in self._unseen.get(target.uid, [])]
+        if unseen:
+            await asyncio.wait(unseen, timeout=self.kube.timeout)
+        pending = self._recording.get(target.uid)
+        if pending:
+            await asyncio.wait(list(pending), timeout=self.kube.timeout)
         try:
-            cm = await self.kube.get_config_map(*key)
+            items = await self._list(target.namespace, target.uid)
         except KubeError as exc:
-            if exc.status == 404:
-                return []
             raise failure(exc, "reading a route's history", ROLE) from None
-        if not _owned_by(cm, target.uid):
-            return []
-        return sorted(_entries(cm), key=_order, reverse=True)
+        entries = {str(e.get("id")): e for e in map(_data, items) if e}
+        if self._legacy_left is not False:
+            for e in await self._legacy(target):
+                entries.setdefault(str(e.get("id")), e)
+        out = sorted(entries.values(), key=_order, reverse=True)
+        return out[: self.limit] if self.limit else out
+
+    # -- carrying over the ConfigMaps of earlier versions ----------------------------------
+
+    async def _legacy(self, target: Target) -> list[Obj]:
+        """The entries an earlier version kept for this CR in its ConfigMap, if still there."""
+        for cm in await self._legacy_maps(target.namespace):
+            if _legacy_owner(cm) == target.uid:
+                return _legacy_entries(cm)
+        return []
+
+    async def _legacy_maps(self, namespace: str | None) -> list[Obj]:
+        try:
+            page = await self.kube.list_config_maps(namespace, LEGACY_LABEL)
+        except KubeError as exc:
+            if exc.status in (403, 404):
+                if exc.status == 403 and self._legacy_left is None:
+                    log.warning(
+                        "may not list ConfigMaps: history kept by an earlier version, if any "
+                        "is left, is not carried over (docs/deploying.md: slo-api:history)"
+                    )
+                    self._legacy_left = False
+                return []  # the grant dropped once carried: nothing to carry
+            raise failure(exc, "reading the history of an earlier version", ROLE) from None
+        return [i for i in page.get("items") or [] if isinstance(i, dict)]
+
+    async def migrate(self, namespaces: tuple[str, ...] | None = None) -> int:
+        """Carry every ConfigMap history over into revisions, then delete it; returns the
+        entries carried. Safe on any replica at any time: creates of what exists are no-ops,
+        and a ConfigMap is deleted only as it was read (its resourceVersion)."""
+        carried = 0
+        for namespace in namespaces or (None,):
+            # A page at a time: each is deleted once carried, so the next list has the rest.
+            while maps := await self._legacy_maps(namespace):
+                for cm in maps:
+                    carried += await self._carry(cm)
+                if len(maps) < LEGACY_PAGE:
+                    break
+        self._legacy_left = False
+        if carried:
+            log.info("carried %d history entries over from ConfigMaps into revisions", carried)
+        return carried
+
+    async def _carry(self, cm: Obj) -> int:
+        meta = cm.get("metadata") or {}
+        namespace = str(meta.get("namespace", ""))
+        refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
+        owner = refs[0] if refs else None
+        kind = next(
+            (
+                k
+                for k in self.kinds.values()
+                if k.name == (meta.get("labels") or {}).get(LEGACY_LABEL)
+            ),
+            None,
+        )
+        if owner is not None and kind is not None:
+            uid = str(owner.get("uid", ""))
+            for entry in _legacy_entries(cm):
+                entry = {
+                    **entry,
+                    "changes": [
+                        {**c, "from": capped(c.get("from")), "to": capped(c.get("to"))}
+                        for c in entry.get("changes") or []
+                        if isinstance(c, dict)
+                    ],
+                    "clientRequestId": None,
+                    "migrated": True,
+                }
+                body = {
+                    "apiVersion": f"{REVISIONS.group}/{REVISIONS.version}",
+                    "kind": "RouteRevision",
+                    "metadata": {
+                        "name": revision_name(uid, str(entry.get("id"))),
+                        "namespace": namespace,
+                        "labels": {
+                            "app.kubernetes.io/managed-by": SELF,
+                            UID_LABEL: uid,
+                            KIND_LABEL: kind.name,
+                        },
+                        "ownerReferences": [owner],
+                    },
+                    "data": orjson.dumps(entry).decode(),
+                }
+                try:
+                    await self.kube.create(REVISIONS, namespace, body)
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+        try:
+            await self.kube.delete_config_map(
+                namespace, str(meta.get("name")), resource_version=str(meta.get("resourceVersion"))
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+        return len(_legacy_entries(cm))
 
     async def close(self) -> None:
-        """Let the entries still being stored finish (bounded by the upstream timeout)."""
-        pending = list(self._workers.values())
+        """Let the recordings under way finish, those waiting out their grace included
+        (bounded by the grace and the upstream timeout)."""
+        if self._firsts_task is not None:
+            self._firsts_task.cancel()
+        pending = list(self._tasks)
         if pending:
-            await asyncio.wait(pending, timeout=self.kube.timeout)
+            _, left = await asyncio.wait(pending, timeout=self.grace + self.kube.timeout)
+            for task in left:
+                task.cancel()
+
+
+def _passing(exc: KubeError) -> bool:
+    """A failure that passes: the API server unreachable, timing out, busy or failing."""
+    return exc.status in (0, 429) or exc.status >= 500
+
+
+def _who(actor: str, via: str, request_id: str | None, client_request_id: str | None) -> Obj:
+    return {
+        "actor": actor,
+        "via": via,
+        "requestId": request_id,
+        "clientRequestId": client_request_id,
+    }
+
+
+def _data(revision: Obj) -> Obj:
+    raw = revision.get("data")
+    try:
+        value = orjson.loads(raw) if isinstance(raw, str) else None
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _legacy_owner(cm: Obj) -> str | None:
+    refs = (cm.get("metadata") or {}).get("ownerReferences") or []
+    return next((str(r.get("uid")) for r in refs if isinstance(r, dict)), None)
+
+
+def _legacy_entries(cm: Obj) -> list[Obj]:
+    raw = (cm.get("data") or {}).get("entries")
+    try:
+        value = orjson.loads(raw) if raw else []
+    except orjson.JSONDecodeError:
+        return []
+    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []

@@ -442,7 +442,7 @@ class Kube:
         )
         return result
 
-    # -- reviews, Events, ConfigMaps (a route's history) -----------------------------------
+    # -- reviews, Events, ConfigMaps (earlier versions' route histories) --------------------
 
     async def review_token(self, token: str, audiences: Sequence[str]) -> Obj:
         """A TokenReview's `status`: who the API server says the bearer of `token` is."""
@@ -474,24 +474,51 @@ class Kube:
         )
         return result
 
-    async def get_config_map(self, namespace: str, name: str) -> Obj:
-        return await self._config_map("GET", namespace, name)
-
-    async def create_config_map(self, namespace: str, body: Obj) -> Obj:
-        return await self._config_map("POST", namespace, "", body)
-
-    async def replace_config_map(self, namespace: str, name: str, body: Obj) -> Obj:
-        """A PUT: conditional on the body's metadata.resourceVersion (a stale one is 409)."""
-        return await self._config_map("PUT", namespace, name, body)
-
-    async def _config_map(
-        self, method: str, namespace: str, name: str, body: Obj | None = None
-    ) -> Obj:
-        path = f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
-        # A write is named, as a CR's patch is, so managedFields show what slo-api wrote.
-        query = [("fieldManager", "slo-api")] if body is not None else []
+    async def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
+        """Create a namespaced custom object (a route's revision): 409 when it exists."""
         result: Obj = await self._request(
-            "configmap", "configmaps", method, path, query=query, body=body
+            "create",
+            res.plural,
+            "POST",
+            self._path(res, namespace),
+            query=[("fieldManager", "slo-api")],
+            body=body,
+        )
+        return result
+
+    async def delete(self, res: Resource, namespace: str, name: str, *, uid: str = "") -> Obj:
+        """Delete a custom object; with `uid`, only that very object (a precondition)."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        result: Obj = await self._request(
+            "delete", res.plural, "DELETE", self._path(res, namespace, name), body=body
+        )
+        return result
+
+    async def list_config_maps(self, namespace: str | None, label_selector: str) -> Obj:
+        """The ConfigMaps a label selects (earlier versions' route histories), one page of
+        up to 500."""
+        scope = f"/namespaces/{namespace}" if namespace is not None else ""
+        query = [("labelSelector", label_selector), ("limit", "500")]
+        result: Obj = await self._request(
+            "configmap", "configmaps", "GET", f"/api/v1{scope}/configmaps", query=query
+        )
+        return result
+
+    async def delete_config_map(self, namespace: str, name: str, *, resource_version: str) -> Obj:
+        """Delete a ConfigMap as it was read: a change made since is a 409, not lost."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"resourceVersion": resource_version},
+        }
+        result: Obj = await self._request(
+            "configmap",
+            "configmaps",
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+            body=body,
         )
         return result
 

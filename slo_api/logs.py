@@ -11,7 +11,12 @@ from typing import Any
 
 from slo_api import tracing
 
+# slo-api's own id of the request being served, and the X-Request-Id its caller sent (kept
+# beside it, never in its place: a caller's id is not unique, slo-api's is).
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+client_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "client_request_id", default=None
+)
 
 # Attributes every record has, and uvicorn's ANSI-coloured copy of its message: not extras.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
@@ -24,6 +29,7 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
+        record.client_request_id = client_request_id.get()
         # The ids of the request's trace (when it is traced and sampled): the same on every
         # line of one request, the audit line included.
         ids = tracing.current_ids()

@@ -160,7 +160,7 @@ class Metrics:
         )
         self.history_entries = Counter(
             "slo_api_history_entries_total",
-            "Route history entries: stored, already there (the other replica's), or failed",
+            "Route history revisions: stored, already there (another replica's), or failed",
             ["outcome"],
             registry=self.registry,
         )

@@ -22,7 +22,7 @@ from slo_api.kube import Kube
 from slo_api.limits import EXEMPT_SELECTOR, NAMESPACES_WATCH, PARAMS_WATCH, Limits
 from slo_api.metrics import KindState, Metrics
 from slo_api.ownership import Ownership
-from slo_api.recovery import Recovery, stop_tasks, supervise
+from slo_api.recovery import Backoff, Recovery, stop_tasks, supervise
 from slo_api.service import Service
 from slo_api.settings import Settings
 from slo_api.visible import VisiblePages
@@ -68,16 +68,25 @@ class Runtime:
         self.index: CRIndex = Service.index_for(self.kinds, ownership)
         # The guardrails' caps per namespace, which routes show (read by the informers below).
         self.limits = Limits()
-        # Nothing remembered of GitOps owners a write took a field from, until the route
-        # history's memory is passed here (`remembered=`).
-        self.service = Service(kube, self.kinds, self.index, ownership, limits=self.limits)
+        self.history = History(kube, self.kinds, settings.route_history_entries, metrics, ownership)
+        # The GitOps owners a forced write or a kubectl edit took a field from are remembered
+        # with the route's history (from the informers' consecutive states), and the service's
+        # GET and write guard read them.
+        self.service = Service(
+            kube,
+            self.kinds,
+            self.index,
+            ownership,
+            remembered=self.history.remembered,
+            limits=self.limits,
+        )
         self.tokens = tokens
         self.access = Authorizer(settings, kube, self.service, tokens, metrics)
         self.events = EventRecorder(kube, metrics)
-        self.history = History(kube, self.kinds, settings.route_history_entries, metrics)
-        if self.history.enabled:
-            # Before the informers start: every update they store is looked at.
-            self.index.on_update(self.history.observe)
+        # Before the informers start: every state they observe is looked at, and every
+        # write's answer noted (who made which resourceVersion: the history and the stream).
+        self.index.on_observed(self.history.observe)
+        self.service.on_written = self.history.wrote
         # Before the informers, so it hears every change they make.
         self.feed = Feed(
             self.service,
@@ -152,6 +161,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         # One-shot: freezes the heap once every kind is first listed, then ends.
         self._freeze: asyncio.Task[None] | None = None
+        self._migrate: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
         metrics.index_bytes.set_function(self.index.estimated_bytes)
@@ -199,6 +209,20 @@ class Runtime:
         ]
         self._freeze = asyncio.create_task(self._freeze_when_synced(), name="gc-freeze")
         self.attainment.start()
+        self._migrate = asyncio.create_task(self._carry_history(), name="history-migration")
+
+    async def _carry_history(self) -> None:
+        """Carry route histories of earlier versions (ConfigMaps) over into revisions: once,
+        by every replica (what another carried is a no-op), retried while it fails."""
+        backoff = Backoff()
+        while True:
+            try:
+                await self.history.migrate(tuple(self.namespaces) or None)
+                return
+            except Exception:
+                delay = backoff.next()
+                log.exception("carrying route histories over failed; retrying in %.1fs", delay)
+                await self.recovery.pause(delay)
 
     async def _freeze_when_synced(self) -> None:
         """Once every kind is first listed, freeze what is alive (the index, its caches, the
@@ -240,8 +264,8 @@ class Runtime:
     async def stop(self) -> None:
         self.shutting_down = True
         await self.feed.stop()
-        await stop_tasks([*self._tasks, *([self._freeze] if self._freeze else [])])
-        self._tasks, self._freeze = [], None
+        await stop_tasks([*self._tasks, *(t for t in (self._freeze, self._migrate) if t)])
+        self._tasks, self._freeze, self._migrate = [], None, None
         await self.attainment.stop()
         await self.recovery.close()
         await self.events.close()

@@ -236,9 +236,10 @@ class Settings(BaseSettings):
     route_history_entries: int = Field(
         20,
         ge=0,
-        description="Changes kept per route in its history ConfigMap (see "
-        "[History](api.md#history-who-changed-a-route-and-undo)); `0` records nothing (what "
-        "is stored stays readable).",
+        le=100,
+        description="Changes kept per CR in its history, one RouteRevision each (see "
+        "[History](api.md#history-who-changed-a-route-and-undo)); at most 100; `0` records "
+        "nothing (what is stored stays readable).",
     )
     gitops_managers: CommaList = Field(
         ("argocd-controller", "kustomize-controller", "helm-controller", "helm"),

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from slo_api import tracing
 from slo_api.api.errors import error_response
 from slo_api.errors import ApiError
-from slo_api.logs import request_id
+from slo_api.logs import client_request_id, request_id
 from slo_api.metrics import Metrics
 
 log = logging.getLogger("slo_api.request")
@@ -43,9 +43,13 @@ class RequestMiddleware:
             return
         headers = dict(scope["headers"])
         sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        # 32 random hex digits, as uuid4().hex was, without building a UUID per request.
-        rid = sent_id if _SAFE_ID.fullmatch(sent_id) else os.urandom(16).hex()
-        token = request_id.set(rid)
+        # slo-api's own id: 32 random hex digits, as uuid4().hex was, without building a UUID
+        # per request. The caller's, when safe to log, is kept beside it and echoed.
+        own = os.urandom(16).hex()
+        client = sent_id if _SAFE_ID.fullmatch(sent_id) else None
+        rid = client or own
+        token = request_id.set(own)
+        client_token = client_request_id.set(client)
         started = time.perf_counter()
         status = 500
         tracer = tracing.active()
@@ -98,6 +102,7 @@ class RequestMiddleware:
             if span is not None:
                 tracer.end_request(span, span_token, template, status)  # type: ignore[union-attr]
             request_id.reset(token)
+            client_request_id.reset(client_token)
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self.max_body_bytes} bytes"

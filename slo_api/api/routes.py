@@ -28,7 +28,7 @@ from slo_api.errors import ApiError, invalid
 from slo_api.events import EventRecorder, regarding
 from slo_api.history import writer
 from slo_api.jsonbody import parse_object
-from slo_api.logs import request_id
+from slo_api.logs import client_request_id, request_id
 from slo_api.route_names import ATTAINMENT, HISTORY, route_problem
 from slo_api.runtime import Runtime
 from slo_api.service import Result, Target, parse_if_match
@@ -97,9 +97,9 @@ def _warning(result: Result) -> dict[str, str]:
 
 
 def _record(request: Request, caller: Caller, write: _Write) -> None:
-    """A stored write, in an Event on the CR and in the route's history (a no-op in neither)."""
+    """A stored write, in an Event on the CR (a no-op in none). Its place in the route's
+    history is recorded when the watch brings the change (see slo_api/history.py)."""
     _record_event(request, caller, write)
-    _record_history(request, caller, write)
 
 
 def _record_event(request: Request, caller: Caller, write: _Write) -> None:
@@ -117,21 +117,11 @@ def _record_event(request: Request, caller: Caller, write: _Write) -> None:
     )
 
 
-def _record_history(request: Request, caller: Caller, write: _Write) -> None:
-    """The write in the route's history, attributed to the caller the audit line names."""
-    result = write.result
-    if write.target is None or result is None or not result.changed or result.before is None:
-        return
-    request.app.state.runtime.history.record_write(
-        write.target, result.before, result.stored, caller.name, request_id.get()
-    )
-
-
 @contextlib.contextmanager
 def _audited(request: Request, route: str, caller: Caller, dry_run: bool) -> Iterator[_Write]:
     write = _Write()
     # What the index stores from this write (its result) is attributed to this caller.
-    writing = writer.set((caller.name, request_id.get()))
+    writing = writer.set((caller.name, request_id.get(), client_request_id.get()))
     try:
         yield write
     except ApiError as exc:
@@ -224,15 +214,14 @@ async def _put(
             raise ApiError(415, "send the body as application/json")
         data = parse_object(await request.body())
         pools = await rt.access.pools(caller, target)
-        with rt.history.writing(target, caller.name, request_id.get()):
-            write.result = await rt.service.write(
-                target,
-                data,
-                if_match=parse_if_match(if_match),
-                dry_run=dry_run,
-                pools=pools,
-                force=force,
-            )
+        write.result = await rt.service.write(
+            target,
+            data,
+            if_match=parse_if_match(if_match),
+            dry_run=dry_run,
+            pools=pools,
+            force=force,
+        )
         write.outcome = 200
         if not dry_run:
             _record(request, caller, write)
@@ -267,14 +256,13 @@ async def _delete(
         target = write.target = await rt.access.resolve(caller, route)
         await rt.access.require(caller, "patch", target)
         pools = await rt.access.pools(caller, target)
-        with rt.history.writing(target, caller.name, request_id.get()):
-            write.result = await rt.service.reset(
-                target,
-                if_match=parse_if_match(if_match),
-                dry_run=dry_run,
-                pools=pools,
-                force=force,
-            )
+        write.result = await rt.service.reset(
+            target,
+            if_match=parse_if_match(if_match),
+            dry_run=dry_run,
+            pools=pools,
+            force=force,
+        )
         headers = {"ETag": write.result.etag, **_warning(write.result)}
         if dry_run:
             write.outcome = 200

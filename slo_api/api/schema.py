@@ -86,11 +86,28 @@ class HistoryEntry(BaseModel):
         description="Who: the caller as the audit line names it (a Kubernetes username, or "
         "token:write), or the field manager for a change made around slo-api"
     )
-    via: str = Field(description="`slo-api`, or the field manager that made the change")
-    requestId: str | None = Field(None, description="The write's X-Request-Id (via slo-api)")
-    changes: list[FieldChange]
+    via: str = Field(
+        description="`slo-api`, or the field manager that made the change (`unknown` when "
+        "managedFields do not say; `slo-api` with the actor `unknown`: a change that claims "
+        "slo-api's manager but that no replica made)"
+    )
+    requestId: str | None = Field(
+        None, description="slo-api's own id of the write's request (via slo-api)"
+    )
+    clientRequestId: str | None = Field(
+        None, description="The X-Request-Id the caller sent with the write, if any"
+    )
+    changes: list[FieldChange] = Field(
+        description='A value over 8 KiB is `{digest: "sha256:...", size}` instead'
+    )
     after: dict[str, Any] = Field(
-        description="The route's client-owned fields after the change: a PUT body"
+        description="The route's client-owned fields after the change: a PUT body (a value "
+        "over 8 KiB kept as its digest: such an entry cannot be reverted)"
+    )
+    owners: dict[str, Any] | None = Field(
+        None,
+        description="The GitOps owners in effect after the change, per field below spec: "
+        "`{manager, operation, time}`",
     )
 
 
@@ -287,16 +304,18 @@ WATCH_EVENT = {
             "type": "object",
             "description": (
                 "On an ADDED or MODIFIED (never in the initial state) that comes from a change "
-                "the route history records, who made it, as the history names it: `actor`, "
-                "`via` (`slo-api` or the field manager) and `requestId`. Through the replica "
-                "that wrote it: the caller and request id; through another replica: only "
-                "`via: slo-api` (`actor` null); around slo-api: the field manager. Absent when "
-                "not known (route history off, a relist, a change the history does not record)."
+                "of a route's fields, who made it, as the history names it, matched by the "
+                "change's resourceVersion: `actor`, `via` (`slo-api` or the field manager), "
+                "`requestId` and `clientRequestId`. Through the replica that wrote it: the "
+                "caller and request ids; through another replica: only `via: slo-api` (`actor` "
+                "`unknown`); around slo-api: the field manager. Absent when not known (a "
+                "relist, a change the history does not record)."
             ),
             "properties": {
                 "actor": {"type": ["string", "null"]},
                 "via": {"type": "string"},
                 "requestId": {"type": ["string", "null"]},
+                "clientRequestId": {"type": ["string", "null"]},
             },
         },
         "revision": {"type": "string", "description": "Opaque; resume with since=<revision>."},

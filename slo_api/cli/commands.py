@@ -306,6 +306,23 @@ def revert_body(after: Body, current: Body) -> Body:
     return body
 
 
+def _digest(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"digest", "size"}
+        and str(value["digest"]).startswith("sha256:")
+    )
+
+
+def digested_fields(after: Body) -> list[str]:
+    """The fields of an entry's `after` that the server kept only as a digest (too large)."""
+    out = [k for k, v in after.items() if k != "pool" and _digest(v)]
+    pool = after.get("pool")
+    if isinstance(pool, dict):
+        out += [f"pool.{k}" for k, v in pool.items() if _digest(v)]
+    return out
+
+
 def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
     route: str = args.route
     entries = client.history(route)
@@ -315,6 +332,14 @@ def cmd_revert(client: SloClient, args: argparse.Namespace) -> int:
             f"{route} has no history entry {args.entry!r}",
             ExitCode.NOT_FOUND,
             details=("hint: `sloctl history ROUTE` lists the entries",),
+        )
+    digested = digested_fields(entry["after"])
+    if digested:
+        raise CliError(
+            f"{route}'s entry {args.entry} keeps only a digest of {', '.join(digested)} "
+            "(too large to store): it cannot be put back from the history",
+            ExitCode.USAGE,
+            details=("hint: restore that value from where it came from (Git, a file)",),
         )
     current, etag = client.get(route)
     body = revert_body(entry["after"], current)

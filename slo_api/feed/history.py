@@ -78,8 +78,11 @@ class Change:
     # pool), only where they differ from `before`/`after`.
     plain_before: bytes | None = None
     plain_after: bytes | None = None
-    # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED.
+    # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED. Asked
+    # (`by_of(rv)`) when first framed, not when the index stores it: a write's watch event
+    # may come before its answer, which names its caller.
     by: bytes | None = None
+    by_of: Callable[[int], bytes | None] | None = None
     # Its framed forms, made on first use (most changes are framed in one or two forms).
     frames: dict[tuple[str, bool, bool], bytes] | None = None
 
@@ -95,6 +98,8 @@ class Change:
             frames = self.frames = {}
         encoded = frames.get(key)
         if encoded is None:
+            if self.by_of is not None:
+                self.by, self.by_of = self.by_of(self.rv), None
             item = variant if plain else self.before if deleted else self.after
             assert item is not None
             position = revision(self.seq)
@@ -195,6 +200,10 @@ class History:
 
 
 class ChangeLog:
+    def _by_json(self, rv: int) -> bytes | None:
+        who = self._by(rv) if self._by is not None else None
+        return None if who is None else orjson.dumps(who)
+
     def __init__(
         self, service: Service, budget: int, by: Callable[[int], object] | None = None
     ) -> None:
@@ -453,8 +462,7 @@ class ChangeLog:
         if not self._last:
             return  # nobody has watched yet: nothing to compare or to tell
         source, rv = self.index.cause or (NOWHERE, 0)
-        who = self._by(rv) if self._by is not None else None
-        cause: Cause = (source, rv, None if who is None else orjson.dumps(who))
+        cause: Cause = (source, rv, None)
         pending, count = self._pending, self._pending_count
         if not pending:  # the usual case, and a relist's 100,000 routes at once: ~5 ms, not 50
             self._pending = dict.fromkeys(routes, cause)
@@ -560,6 +568,7 @@ class ChangeLog:
                     plain_before,
                     plain_after,
                     by,
+                    self._by_json if self._by is not None else None,
                 )
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))

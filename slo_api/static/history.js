@@ -8,8 +8,22 @@ import { setStatus, describe, handleCommon } from "./status.js";
 
 const SHOWN = 20;
 
+// A value too large to keep (over 8 KiB) is kept as its digest and size.
+function isDigest(v) {
+  return v !== null && typeof v === "object" && typeof v.digest === "string" &&
+    v.digest.startsWith("sha256:") && Object.keys(v).length === 2 && "size" in v;
+}
+
+// The fields of an entry's `after` kept only as a digest: such an entry cannot be restored.
+export function digested(after) {
+  const out = Object.keys(after).filter((k) => k !== "pool" && isDigest(after[k]));
+  for (const [k, v] of Object.entries(after.pool || {})) if (isDigest(v)) out.push("pool." + k);
+  return out;
+}
+
 function value(v) {
   if (v === null || v === undefined) return "(unset)";
+  if (isDigest(v)) return "(" + v.size + " bytes, not kept)";
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
@@ -55,9 +69,11 @@ export async function showHistory(route, actions) {
     h("div", { class: "history-head" },
       h("span", { class: "history-time", text: entry.time }),
       h("span", { class: "history-actor", text: entry.actor + (entry.via === "slo-api" ? " via slo-api" : "") }),
-      h("button", { type: "button", class: "secondary history-restore", text: "Restore",
-                    "aria-label": "Restore " + route + " as of " + entry.time,
-                    onclick: () => actions.writing(() => restore(route, entry, actions.reload)) })),
+      digested(entry.after || {}).length
+        ? h("span", { class: "hint", text: "Too large to restore (" + digested(entry.after).join(", ") + ")" })
+        : h("button", { type: "button", class: "secondary history-restore", text: "Restore",
+                        "aria-label": "Restore " + route + " as of " + entry.time,
+                        onclick: () => actions.writing(() => restore(route, entry, actions.reload)) })),
     h("ul", { class: "history-changes" },
       (entry.changes || []).map((c) => h("li", { text: changeText(c) })))));
   const more = result.data.total > items.length

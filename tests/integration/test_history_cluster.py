@@ -5,7 +5,9 @@ sloctl's revert."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from controlplane.admin import Admin, AdminError
+from controlplane.cluster import Cluster
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import CliError, ExitCode
@@ -20,11 +23,13 @@ from tests.integration import crs
 from tests.integration.process import TOKEN as PROCESS_TOKEN
 from tests.integration.process import start_process
 from tests.integration.service import RunningService, running
+from tests.integration.tcpproxy import TcpProxy
 from tests.integration.test_watch_stream import Stream, initial, served
 
 pytestmark = pytest.mark.integration
 
 RBAC = "rbac.authorization.k8s.io/v1"
+REVISIONS = "slo-api.modelsphere.dev/v1alpha1"
 _ids = itertools.count(1)
 
 
@@ -72,6 +77,16 @@ def _patch_around(admin: Admin, ns: str, patch: dict[str, Any], manager: str) ->
     )
 
 
+def _revisions(admin: Admin, ns: str, uid: str) -> list[dict[str, Any]]:
+    """The RouteRevisions of a CR, read as the cluster admin."""
+    found: list[dict[str, Any]] = admin.request(
+        "GET",
+        admin.path(REVISIONS, "RouteRevision", ns),
+        params={"labelSelector": f"slo-api.modelsphere.dev/uid={uid}"},
+    )["items"]
+    return found
+
+
 def _indexed(service: RunningService, route: str) -> Any:
     return lambda: service.indexed(route)
 
@@ -111,14 +126,15 @@ async def test_every_change_is_recorded_once_with_who_made_it(
         history = await _history(one, route)
         assert history["total"] == 3, history
         around, by_editor, by_token = history["items"]
-        assert (by_token["actor"], by_token["via"], by_token["requestId"]) == (
+        assert (by_token["actor"], by_token["via"], by_token["clientRequestId"]) == (
             "token:write",
             "slo-api",
             "rq-1",
         )
+        assert len(by_token["requestId"]) == 32  # slo-api's own id of the request
         assert by_token["changes"] == [{"field": "priority", "from": 1, "to": 3}]
         assert by_editor["actor"] == f"system:serviceaccount:{ns}-people:editor"
-        assert (by_editor["via"], by_editor["requestId"]) == ("slo-api", "rq-2")
+        assert (by_editor["via"], by_editor["clientRequestId"]) == ("slo-api", "rq-2")
         assert by_editor["changes"] == [
             {"field": "maximumDeployment", "from": None, "to": {"type": "replica", "value": 4}}
         ]
@@ -148,10 +164,15 @@ async def test_every_change_is_recorded_once_with_who_made_it(
         as_history = await one.client.get(f"/routes/{route}/history", headers=nobody)
         assert as_route.status_code == as_history.status_code == 404
         assert as_history.json() == as_route.json()
-        # Stored where docs/api.md says: one ConfigMap in the CR's namespace, owned by the CR.
+        # Stored where docs/api.md says: one RouteRevision per change in the CR's namespace,
+        # named by its uid and version, owned by the CR.
         cr = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")
-        cm = admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
-        assert cm["metadata"]["ownerReferences"][0]["uid"] == cr["metadata"]["uid"]
+        uid = cr["metadata"]["uid"]
+        revisions = _revisions(admin, ns, uid)
+        assert sorted(r["metadata"]["name"] for r in revisions) == sorted(
+            f"{uid}.{e['id']}" for e in history["items"]
+        )
+        assert all(r["metadata"]["ownerReferences"][0]["uid"] == uid for r in revisions)
     # Durable: a fresh process reads the same history.
     async with running(slo_api_kubeconfig) as again:
         await again.eventually(_indexed(again, route), what="indexed")
@@ -169,21 +190,19 @@ async def test_the_bound_holds_and_the_history_goes_with_its_cr(
         history = await _history(service, route)
         assert history["total"] == 3
         assert [e["after"]["priority"] for e in history["items"]] == [7, 6, 5]
-        # A route that never changed has no ConfigMap at all.
+        uid = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")["metadata"]["uid"]
+        await service.runtime.history.close()
+        # Pruned in the store too (a tenth over the bound at most, before the next prune).
+        assert 3 <= len(_revisions(admin, ns, uid)) <= 4
+        # A route that never changed has no revision at all.
         admin.create(crs.llm(ns, "quiet", service_id=f"{route}-quiet"))
         await service.eventually(lambda: service.indexed(f"{route}-quiet"), what="quiet")
         assert (await _history(service, f"{route}-quiet"))["total"] == 0
-        with pytest.raises(AdminError) as missing:
-            admin.get("v1", "ConfigMap", ns, "slo-history.llm.quiet")
-        assert missing.value.status == 404
     admin.delete(crs.SLO, "LLMSLORequirement", ns, "chat")
 
     def collected() -> bool:
-        try:
-            admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
-        except AdminError as exc:
-            return exc.status == 404
-        return False
+        # The garbage collector (kube-controller-manager) removes them with their CR.
+        return not _revisions(admin, ns, uid)
 
     async with running(slo_api_kubeconfig) as service:
         await service.eventually(collected, within=60, what="the history collected with its CR")
@@ -268,5 +287,343 @@ async def test_stream_events_of_a_recorded_change_say_who_made_it(
             around = (await stream.until(priority(7)))[-1]
         finally:
             await response.aclose()
-    assert mine["by"] == {"actor": "token:write", "via": "slo-api", "requestId": "rq-9"}
-    assert around["by"] == {"actor": "kubectl-patch", "via": "kubectl-patch", "requestId": None}
+    assert mine["by"]["clientRequestId"] == "rq-9"
+    assert (mine["by"]["actor"], mine["by"]["via"]) == ("token:write", "slo-api")
+    assert around["by"] == {
+        "actor": "kubectl-patch",
+        "via": "kubectl-patch",
+        "requestId": None,
+        "clientRequestId": None,
+    }
+
+
+async def _recorded(service: RunningService, route: str, total: int) -> dict[str, Any]:
+    """The route's history once it holds `total` entries, after every recording under way
+    (grace periods included) has ended: what is there then is all there will be."""
+
+    async def enough() -> bool:
+        return bool((await _history(service, route))["total"] >= total)
+
+    await service.eventually(enough, within=60, what=f"{total} entries")
+    await service.runtime.history.close()
+    return await _history(service, route)
+
+
+async def test_a_kubectl_edit_just_before_a_put_is_two_entries_with_their_actors(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with running(slo_api_kubeconfig) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        _patch_around(admin, ns, {"spec": {"priority": 4}}, "kubectl-edit")
+        ttft = {"default": {"metrics": [{"type": "p90", "threshold": 0.5}]}}
+        put = await service.put(f"/routes/{route}", {"ttft": ttft}, headers={"X-Request-Id": "x"})
+        assert put.status_code == 200, put.text
+        history = await _recorded(service, route, 2)
+    put_entry, edit_entry = history["items"]
+    assert history["total"] == 2, history
+    assert (edit_entry["actor"], edit_entry["via"]) == ("kubectl-edit", "kubectl-edit")
+    assert edit_entry["changes"] == [{"field": "priority", "from": 1, "to": 4}]
+    assert (put_entry["actor"], put_entry["clientRequestId"]) == ("token:write", "x")
+    assert put_entry["changes"] == [{"field": "ttft", "from": None, "to": ttft}]
+    assert put_entry["after"]["priority"] == 4
+    assert put_entry["id"] == put.headers["ETag"].strip('"')
+
+
+async def test_a_removal_around_slo_api_is_unknown_and_a_claimed_slo_api_change_is_kept(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    bound = {"type": "replica", "value": 4}
+    _patch_around(admin, ns, {"spec": {"maximumDeployment": bound}}, "helm")
+    async with running(slo_api_kubeconfig, upstream_timeout_seconds=3) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        # kubectl edit removes it: helm owned nothing else (its entry goes), kubectl keeps none.
+        _patch_around(admin, ns, {"spec": {"maximumDeployment": None}}, "kubectl-edit")
+        # A write claiming to be slo-api's that no replica made.
+        _patch_around(admin, ns, {"spec": {"priority": 8}}, "slo-api")
+        history = await _recorded(service, route, 2)
+    claimed, removed = history["items"]
+    assert history["total"] == 2, history
+    assert (removed["actor"], removed["via"]) == ("unknown", "unknown")
+    assert removed["changes"] == [{"field": "maximumDeployment", "from": bound, "to": None}]
+    assert (claimed["actor"], claimed["via"], claimed["requestId"]) == ("unknown", "slo-api", None)
+    assert claimed["changes"] == [{"field": "priority", "from": 1, "to": 8}]
+
+
+async def test_a_recreated_cr_starts_a_fresh_history(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with running(slo_api_kubeconfig) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        assert (await service.put(f"/routes/{route}", {"priority": 2})).is_success
+        await _recorded(service, route, 1)
+        old = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")["metadata"]["uid"]
+        admin.delete(crs.SLO, "LLMSLORequirement", ns, "chat")
+        admin.create(crs.llm(ns, "chat", service_id=route, priority=1))
+        new = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")["metadata"]["uid"]
+
+        def recreated() -> bool:
+            claims = service.indexed(route)
+            return bool(claims) and claims[0][1]["metadata"]["uid"] == new
+
+        await service.eventually(recreated, what="the new CR indexed")
+        assert (await _history(service, route))["total"] == 0
+        assert (await service.put(f"/routes/{route}", {"priority": 6})).is_success
+        history = await _recorded(service, route, 1)
+    assert history["total"] == 1
+    assert history["items"][0]["changes"] == [{"field": "priority", "from": 1, "to": 6}]
+    assert all(
+        r["metadata"]["ownerReferences"][0]["uid"] == new for r in _revisions(admin, ns, new)
+    )
+    assert old != new
+
+
+def _big_ttft(seed: int) -> dict[str, Any]:
+    """A legal ttft section of about 20 KiB."""
+    types = ("avg", "p50", "p80", "p90", "p95", "p99")
+    ranges = [
+        {
+            "contextLengthRangeLow": i * 100,
+            "contextLengthRangeHigh": i * 100 + 100,
+            "metrics": [
+                {"type": t, "threshold": round(seed + i / 64 + k / 7.0, 12)}
+                for k, t in enumerate(types)
+            ],
+        }
+        for i in range(64)
+    ]
+    return {"default": {"metrics": [{"type": "p90", "threshold": seed}]}, "ranges": ranges}
+
+
+async def test_a_megabyte_of_values_over_time_never_freezes_the_history(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    _, route, _ = _setup(admin)
+    async with running(slo_api_kubeconfig) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        sent = 0
+        seed = 0
+        while sent < 1024 * 1024:
+            seed += 1
+            ttft = _big_ttft(seed)
+            put = await service.put(f"/routes/{route}", {"ttft": ttft})
+            assert put.status_code == 200, put.text
+            sent += len(json.dumps(ttft))
+        assert (await service.put(f"/routes/{route}", {"priority": 2})).is_success
+        history = await _recorded(service, route, 20)
+    newest = history["items"][0]
+    assert newest["changes"] == [{"field": "priority", "from": 1, "to": 2}]
+    assert newest["after"]["ttft"]["digest"].startswith("sha256:")
+
+
+async def test_no_user_role_may_write_a_revision_and_none_may_be_rewritten(
+    admin: Admin, slo_api_kubeconfig: Path, cluster: Cluster
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with running(slo_api_kubeconfig) as service:
+        await service.eventually(_indexed(service, route), what="indexed")
+        assert (await service.put(f"/routes/{route}", {"priority": 2})).is_success
+        await _recorded(service, route, 1)
+    uid = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")["metadata"]["uid"]
+    (revision,) = _revisions(admin, ns, uid)
+    name = revision["metadata"]["name"]
+    path = admin.path(REVISIONS, "RouteRevision", ns)
+    forged = {
+        "apiVersion": REVISIONS,
+        "kind": "RouteRevision",
+        "metadata": {"name": f"{uid}.1", "namespace": ns},
+        "data": "{}",
+    }
+    for role in ("view", "edit", "admin"):
+        admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": role, "namespace": ns},
+            }
+        )
+        admin.create(
+            {
+                "apiVersion": RBAC,
+                "kind": "RoleBinding",
+                "metadata": {"name": f"built-in-{role}", "namespace": ns},
+                "roleRef": {"apiGroup": RBAC.split("/")[0], "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": role, "namespace": ns}],
+            }
+        )
+        user = Admin(
+            cluster.plane.url,
+            cluster.plane.pki.ca_cert,
+            token=admin.service_account_token(ns, role),
+        )
+        try:
+            for method, where, body in (
+                ("POST", path, forged),
+                ("PATCH", f"{path}/{name}", {"data": '{"actor": "admin"}'}),
+                ("DELETE", f"{path}/{name}", None),
+                ("GET", f"{path}/{name}", None),
+            ):
+                content_type = (
+                    "application/merge-patch+json" if method == "PATCH" else "application/json"
+                )
+                with pytest.raises(AdminError) as refused:
+                    user.request(method, where, body, content_type)
+                assert refused.value.status == 403, (role, method)
+        finally:
+            user.close()
+    # Not even with every right: a revision is immutable.
+    with pytest.raises(AdminError) as immutable:
+        admin.request(
+            "PATCH",
+            f"{path}/{name}",
+            {"data": '{"actor": "admin"}'},
+            "application/merge-patch+json",
+        )
+    assert immutable.value.status == 422
+    assert "immutable" in str(immutable.value.body)
+
+
+async def test_the_upgrade_carries_every_config_map_entry_over(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    cr = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")
+    old = [
+        {
+            "id": str(n),
+            "time": "2025-12-01T00:00:00Z",
+            "actor": "bob",
+            "via": "slo-api",
+            "requestId": f"r{n}",
+            "changes": [{"field": "priority", "from": n - 1, "to": n}],
+            "after": {"route": route, "kind": "llm", "priority": n},
+        }
+        for n in range(1, 6)
+    ]
+    admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "slo-history.llm.chat",
+                "namespace": ns,
+                "labels": {"slo-api.modelsphere.dev/history-of": "llm"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": crs.SLO,
+                        "kind": "LLMSLORequirement",
+                        "name": "chat",
+                        "uid": cr["metadata"]["uid"],
+                    }
+                ],
+            },
+            "data": {"entries": json.dumps(old)},
+        }
+    )
+    async with (
+        running(slo_api_kubeconfig) as one,
+        running(slo_api_kubeconfig) as two,
+    ):
+        for replica in (one, two):
+            await replica.eventually(_indexed(replica, route), what="indexed")
+
+        def carried() -> bool:
+            try:
+                admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
+            except AdminError as exc:
+                return exc.status == 404
+            return False
+
+        await one.eventually(carried, within=60, what="the ConfigMap carried and deleted")
+        for replica in (one, two):
+            history = await _history(replica, route)
+            assert [(e["id"], e["actor"], e["requestId"]) for e in history["items"]] == [
+                (str(n), "bob", f"r{n}") for n in range(5, 0, -1)
+            ]
+    assert len(_revisions(admin, ns, cr["metadata"]["uid"])) == 5
+
+
+async def test_a_replica_whose_watch_lags_records_nothing_twice(
+    admin: Admin, slo_api_kubeconfig: Path, cluster: Cluster, tmp_path: Path
+) -> None:
+    ns, route, _ = _setup(admin)
+    async with TcpProxy("127.0.0.1", cluster.plane.port) as proxy:
+        lagging = proxy.kubeconfig(slo_api_kubeconfig, tmp_path / "lagging.kubeconfig")
+        async with (
+            running(slo_api_kubeconfig, upstream_timeout_seconds=3) as fast,
+            running(lagging) as slow,
+        ):
+            for replica in (fast, slow):
+                await replica.eventually(_indexed(replica, route), what="indexed")
+            # The slow replica hears nothing while a write through the other and a kubectl
+            # change are made and recorded, then all of it at once, seconds late.
+            proxy.stalled = True
+            put = await fast.put(f"/routes/{route}", {"priority": 3}, headers={"X-Request-Id": "a"})
+            assert put.status_code == 200, put.text
+            _patch_around(admin, ns, {"spec": {"priority": 5}}, "kubectl-patch")
+            await _recorded(fast, route, 2)
+            proxy.stalled = False
+            # Its own write, answered and watched late.
+            proxy.delay = 0.5
+            put = await slow.put(f"/routes/{route}", {"priority": 6}, headers={"X-Request-Id": "b"})
+            assert put.status_code == 200, put.text
+            history = await _recorded(slow, route, 3)
+            proxy.delay = 0
+            await fast.runtime.history.close()
+            assert await _history(fast, route) == history
+    assert history["total"] == 3, history
+    assert [(e["actor"], e["via"], e["clientRequestId"]) for e in history["items"]] == [
+        ("token:write", "slo-api", "b"),
+        ("kubectl-patch", "kubectl-patch", None),
+        ("token:write", "slo-api", "a"),
+    ]
+
+
+async def test_two_overlapping_puts_on_one_replica_each_keep_their_request(
+    admin: Admin, slo_api_kubeconfig: Path
+) -> None:
+    _, route, _ = _setup(admin)
+    async with served(slo_api_kubeconfig) as (service, client):
+        await service.eventually(_indexed(service, route), what="indexed")
+        request = client.build_request("GET", "/config", params={"watch": "true"})
+        response = await client.send(request, stream=True)
+        try:
+            stream = Stream(response)
+            await stream.until(initial)
+            bound = {"type": "replica", "value": 4}
+            first, second = await asyncio.gather(
+                client.put(f"/routes/{route}", json={"priority": 3}, headers={"X-Request-Id": "p"}),
+                client.put(
+                    f"/routes/{route}",
+                    json={"maximumDeployment": bound},
+                    headers={"X-Request-Id": "m"},
+                ),
+            )
+            assert first.status_code == second.status_code == 200
+            events = await stream.until(
+                lambda e: (
+                    e["type"] == "MODIFIED"
+                    and e["object"].get("priority") == 3
+                    and e["object"].get("maximumDeployment") == bound
+                )
+            )
+        finally:
+            await response.aclose()
+        history = await _recorded(service, route, 2)
+    assert history["total"] == 2, history
+    by_version = {e["id"]: e["clientRequestId"] for e in history["items"]}
+    assert by_version == {
+        first.headers["ETag"].strip('"'): "p",
+        second.headers["ETag"].strip('"'): "m",
+    }
+    # The stream names the same request for each change as the history does.
+    for event in (e for e in events if e["type"] == "MODIFIED"):
+        changed = [e for e in history["items"] if e["after"] == _owned(event["object"])]
+        assert [event["by"]["clientRequestId"]] == [e["clientRequestId"] for e in changed]
+
+
+def _owned(body: dict[str, Any]) -> dict[str, Any]:
+    keep = ("route", "kind", "priority", "minimumDeployment", "maximumDeployment", "ttft", "otps")
+    return {k: v for k, v in body.items() if k in keep}

@@ -102,7 +102,9 @@ async def test_json_logs_carry_request_ids_and_one_audit_line_per_write(
         (False, ["maximumDeployment", "priority"], "write", 200),
         (True, ["priority"], "write", 200),
     ]
-    assert all(a["request_id"] == "req-42" and a["route"] == route for a in audits)
+    # The caller's id beside slo-api's own, which is unique per request.
+    assert all(a["client_request_id"] == "req-42" and a["route"] == route for a in audits)
+    assert len({a["request_id"] for a in audits}) == len(audits)
     assert any(str(line.get("logger", "")).startswith("uvicorn") for line in lines)
     assert TOKEN not in process.log.read_text()
 

@@ -418,6 +418,52 @@ async def test_after_compaction_an_expired_watch_relists_and_drops_what_vanished
         assert bool(asides) == (replace_turn is not None)
 
 
+async def test_a_change_seen_only_in_a_relist_is_in_the_history_once(
+    own: Cluster, own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: TcpProxy
+) -> None:
+    """A relist has no state between the last one watched and the one listed: the history
+    records that one difference, once, and nothing again for what was recorded before."""
+    ns = own_namespace
+    own_admin.create(crs.llm(ns, "h", service_id=f"{ns}-h", priority=1))
+    route = f"{ns}-h"
+    async with running(gated_kubeconfig) as service:
+        await service.eventually(lambda: service.indexed(route), what="the list")
+        assert (await service.put(f"/routes/{route}", {"priority": 2})).is_success
+        relists_before = relists(service, "llm")
+        gate.down()
+        for priority in (5, 7):  # two changes: the relist shows only the last
+            own_admin.request(
+                "PATCH",
+                own_admin.path(*LLM, ns, "h"),
+                {"spec": {"priority": priority}},
+                "application/merge-patch+json",
+                params={"fieldManager": "kubectl-patch"},
+            )
+        await asyncio.to_thread(own.plane.stop_apiserver)
+        own.plane.compact_etcd()
+        await asyncio.to_thread(own.plane.start_apiserver)
+        gate.up()
+        await service.eventually(
+            lambda: relists(service, "llm") > relists_before, within=60, what="a relist"
+        )
+
+        async def two() -> bool:
+            got = await service.get(f"/routes/{route}/history")
+            return bool(got.status_code == 200 and got.json()["total"] >= 2)
+
+        # The write's own revision too: its create met the outage and is retried (backoff).
+        await service.eventually(two, within=120, what="both changes recorded")
+        await service.runtime.history.close()
+        history = (await service.get(f"/routes/{route}/history")).json()
+    assert history["total"] == 2, history
+    relisted, written = history["items"]
+    assert relisted["changes"] == [{"field": "priority", "from": 2, "to": 7}]
+    # A listed copy keeps only the GitOps tools' managedFields: otherwise nobody is named.
+    assert relisted["actor"] == "unknown"
+    assert written["changes"] == [{"field": "priority", "from": 1, "to": 2}]
+    assert written["actor"] == "token:write"
+
+
 async def test_a_silent_connection_is_reconnected_without_a_relist(
     own_admin: Admin, own_namespace: str, gated_kubeconfig: Path, gate: TcpProxy
 ) -> None:

@@ -72,6 +72,13 @@ def fail(error: BaseException, *methods: str, times: int | None = 1) -> ErrorCal
     return callback
 
 
+def _selects(selector: str, obj: Obj) -> bool:
+    """Whether a label selector of `key=value` terms (comma-separated) selects `obj`."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    terms = [t.split("=", 1) for t in selector.split(",") if "=" in t]
+    return all(labels.get(k) == v for k, v in terms)
+
+
 def not_found() -> KubeError:
     return KubeError(404, "NotFound", "not found", is_status=True)
 
@@ -96,6 +103,9 @@ class FakeKube:
         self.closed = False
         self.timeout = 5.0
         self.config_maps: dict[tuple[str, str], Obj] = {}
+        # Whether a patch is sent to the open watches, as the API server does (off: a test
+        # that delivers the events itself, in the order it wants).
+        self.watch_writes = True
         self.grants: set[Grant] = set(grants)
         # When set, every TokenReview (SubjectAccessReview) gets this status, whatever the
         # token (the grants).
@@ -152,7 +162,10 @@ class FakeKube:
         items = [
             copy.deepcopy(o)
             for (plural, ns, _), o in self.objects.items()
-            if plural == res.plural and namespace in (None, ns) and self._under(o, res.group)
+            if plural == res.plural
+            and namespace in (None, ns)
+            and self._under(o, res.group)
+            and _selects(label_selector, o)
         ]
         return {"items": items, "metadata": {"resourceVersion": str(self.rv)}}
 
@@ -210,6 +223,9 @@ class FakeKube:
             }
         ]
         self.objects[key] = merged
+        if self.watch_writes:
+            # As the API server does: every open watch of the kind hears of the change.
+            self.push(res.plural, {"type": "MODIFIED", "object": merged})
         return copy.deepcopy(merged)
 
     async def review_token(self, token: str, audiences: Sequence[str]) -> Obj:
@@ -238,35 +254,49 @@ class FakeKube:
         self.events.append(event)
         return event
 
-    async def get_config_map(self, namespace: str, name: str) -> Obj:
-        await self._called("get_config_map", namespace, name)
-        cm = self.config_maps.get((namespace, name))
-        if cm is None:
-            raise not_found()
-        return copy.deepcopy(cm)
-
-    async def create_config_map(self, namespace: str, body: Obj) -> Obj:
-        await self._called("create_config_map", namespace, body)
-        key = (namespace, body["metadata"]["name"])
-        if key in self.config_maps:
-            raise KubeError(409, "AlreadyExists", "already exists", is_status=True)
-        return self._store_config_map(key, body)
-
-    async def replace_config_map(self, namespace: str, name: str, body: Obj) -> Obj:
-        await self._called("replace_config_map", namespace, name, body)
-        stored = self.config_maps.get((namespace, name))
-        if stored is None:
-            raise not_found()
-        if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
-            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
-        return self._store_config_map((namespace, name), body)
-
-    def _store_config_map(self, key: tuple[str, str], body: Obj) -> Obj:
+    async def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
+        await self._called("create", res, namespace, body)
+        name = body["metadata"]["name"]
+        key = (res.plural, namespace, name)
+        if key in self.objects:
+            raise KubeError(409, "AlreadyExists", f"{name} already exists", is_status=True)
+        obj = copy.deepcopy(body)
+        obj["metadata"]["namespace"] = namespace
+        obj["metadata"]["uid"] = f"uid-{res.plural}-{name}"
         self.rv += 1
-        cm = copy.deepcopy(body)
-        cm["metadata"]["resourceVersion"] = str(self.rv)
-        self.config_maps[key] = cm
-        return copy.deepcopy(cm)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[key] = obj
+        return copy.deepcopy(obj)
+
+    async def delete(self, res: Resource, namespace: str, name: str, *, uid: str = "") -> Obj:
+        await self._called("delete", res, namespace, name)
+        held = self.objects.get((res.plural, namespace, name))
+        if held is None:
+            raise not_found()
+        if uid and held["metadata"]["uid"] != uid:
+            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        del self.objects[(res.plural, namespace, name)]
+        return {"status": "Success"}
+
+    async def list_config_maps(self, namespace: str | None, label_selector: str) -> Obj:
+        await self._called("list_config_maps", namespace, label_selector)
+        return {
+            "items": [
+                copy.deepcopy(cm)
+                for (ns, _), cm in self.config_maps.items()
+                if namespace in (None, ns) and _selects(label_selector, cm)
+            ]
+        }
+
+    async def delete_config_map(self, namespace: str, name: str, *, resource_version: str) -> Obj:
+        await self._called("delete_config_map", namespace, name)
+        held = self.config_maps.get((namespace, name))
+        if held is None:
+            raise not_found()
+        if held["metadata"].get("resourceVersion") != resource_version:
+            raise KubeError(409, "Conflict", "the object has been modified", is_status=True)
+        del self.config_maps[(namespace, name)]
+        return {"status": "Success"}
 
     async def watch(
         self,

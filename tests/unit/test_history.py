@@ -1,24 +1,43 @@
-"""A route's history: what is recorded, by whom, once, within its bound, and who may read it."""
+"""A route's history: each change the informers observe is one immutable revision, recorded
+once with who made it, whatever the interleaving; bounded per CR and in size; per CR uid."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import orjson
+import pytest
 
-from slo_api.history import History, changed_by, changes_between, history_name, owned_body
+from slo_api.errors import ApiError
+from slo_api.history import (
+    LEGACY_LABEL,
+    REVISIONS,
+    VALUE_CAP,
+    History,
+    capped,
+    changes_between,
+    owned_body,
+    writer,
+)
+from slo_api.index import Entry
 from slo_api.kinds.llm import LLMKind
 from slo_api.kinds.pool import PoolKind
 from slo_api.kube import KubeError, Resource
+from slo_api.ownership import Ownership
 from slo_api.service import Service, Target
-from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr
+from tests.unit import vtime
+from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr, until
 from tests.unit.fakes import FakeKube, fail
 from tests.unit.test_feed import Reader
 
 PLURAL = "llmslorequirements"
 LLM = LLMKind(Resource("inference.modelsphere.dev", "v1alpha1", PLURAL))
 POOL = PoolKind(Resource("inference.llmkube.dev", "v1alpha1", "modelpools"))
+GROUP = "inference.modelsphere.dev"
+NAME = ("ns", "cr-1")
+GRACE = 5.0
 
 
 def _managed(*entries: tuple[str, str, list[str]]) -> list[dict[str, Any]]:
@@ -31,6 +50,39 @@ def _managed(*entries: tuple[str, str, list[str]]) -> list[dict[str, Any]]:
         }
         for manager, time, fields in entries
     ]
+
+
+def _state(rv: int, managed: list[dict[str, Any]], uid: str = "u1", **spec: Any) -> dict[str, Any]:
+    obj = llm_cr("cr-1", route="a", **spec)
+    obj["metadata"].update(uid=uid, resourceVersion=str(rv), managedFields=managed)
+    return obj
+
+
+CREATED = ("kubectl-create", "2026-01-01T00:00:00Z", ["serviceId", "priority", "minimumDeployment"])
+
+
+def _replica(kube: FakeKube, limit: int = 20, **kw: Any) -> History:
+    return History(kube, [LLM], limit, grace=GRACE, **kw)  # type: ignore[arg-type]
+
+
+def _revisions(kube: FakeKube, uid: str = "u1") -> list[dict[str, Any]]:
+    """The stored revisions of a CR (by uid), oldest first, as their decoded entries."""
+    items = [
+        orjson.loads(o["data"])
+        for (plural, _, _), o in kube.objects.items()
+        if plural == REVISIONS.plural
+        and o["metadata"]["labels"]["slo-api.modelsphere.dev/uid"] == uid
+    ]
+    return sorted(items, key=lambda e: int(e["id"]))
+
+
+def _by(entry: dict[str, Any]) -> tuple[Any, ...]:
+    return (entry["actor"], entry["via"], entry["requestId"], entry.get("clientRequestId"))
+
+
+async def _settle(*replicas: History) -> None:
+    for replica in replicas:
+        await replica.close()
 
 
 def test_changes_name_the_api_fields_with_their_values_before_and_after() -> None:
@@ -53,36 +105,262 @@ def test_changes_name_the_api_fields_with_their_values_before_and_after() -> Non
     }
 
 
-def test_the_manager_of_a_change_is_the_one_now_owning_a_changed_field() -> None:
-    obj = llm_cr("a")
-    obj["metadata"]["managedFields"] = _managed(
-        ("kubectl-create", "2026-01-01T00:00:00Z", ["serviceId", "priority"]),
-        ("slo-api", "2026-01-02T00:00:00Z", ["minimumDeployment"]),
-        ("argocd-controller", "2026-01-03T00:00:00Z", ["ttft"]),
+def test_a_kubectl_change_just_before_a_put_is_two_revisions_with_their_actors() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        edited = _managed(CREATED, ("kubectl-edit", "2026-01-02T00:00:00Z", ["priority"]))
+        # The PUT's answer arrives before either watch event.
+        token = writer.set(("token:write", "own-1", "client-1"))
+        replica.wrote(_state(12, edited, ttft={"default": {"metrics": []}}))
+        writer.reset(token)
+        replica.observe(PLURAL, GROUP, NAME, _state(11, edited, priority=5))
+        put = [*edited, *_managed(("slo-api", "2026-01-03T00:00:00Z", ["ttft"]))]
+        ttft = {"default": {"metrics": [{"type": "p90", "threshold": 0.5}]}}
+        replica.observe(PLURAL, GROUP, NAME, _state(12, put, priority=5, ttft=ttft))
+        await _settle(replica)
+        first, second = _revisions(kube)
+        assert (first["id"], _by(first)) == ("11", ("kubectl-edit", "kubectl-edit", None, None))
+        assert first["changes"] == [{"field": "priority", "from": 1, "to": 5}]
+        assert (second["id"], _by(second)) == (
+            "12",
+            ("token:write", "slo-api", "own-1", "client-1"),
+        )
+        assert second["changes"] == [{"field": "ttft", "from": None, "to": ttft}]
+        assert second["after"]["priority"] == 5
+
+    vtime.run(scenario())
+
+
+def test_two_overlapping_writes_on_one_replica_each_name_their_request() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        mine = _managed(CREATED, ("slo-api", "2026-01-03T00:00:00Z", ["priority"]))
+        # Both answers arrive before the first event, in the other order.
+        for rv, ids in ((12, ("own-2", "c-2")), (11, ("own-1", "c-1"))):
+            token = writer.set((f"caller-{ids[0]}", *ids))
+            replica.wrote(_state(rv, mine))
+            writer.reset(token)
+        replica.observe(PLURAL, GROUP, NAME, _state(11, mine, priority=2))
+        assert replica.by(11) == {
+            "actor": "caller-own-1",
+            "via": "slo-api",
+            "requestId": "own-1",
+            "clientRequestId": "c-1",
+        }
+        replica.observe(PLURAL, GROUP, NAME, _state(12, mine, priority=3))
+        assert replica.by(12)["requestId"] == "own-2"  # type: ignore[index]
+        await _settle(replica)
+        assert [(e["id"], e["requestId"]) for e in _revisions(kube)] == [
+            ("11", "own-1"),
+            ("12", "own-2"),
+        ]
+
+    vtime.run(scenario())
+
+
+def test_a_write_through_another_replica_is_recorded_by_it_alone() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        writer_replica, other = _replica(kube), _replica(kube)
+        base = _state(10, _managed(CREATED), priority=1)
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
+        for replica in (writer_replica, other):
+            replica.observe(PLURAL, GROUP, NAME, base)
+        token = writer.set(("alice", "own-1", None))
+        writer_replica.wrote(mine)
+        writer.reset(token)
+        # The other replica sees it first, and waits; the writer records it meanwhile.
+        other.observe(PLURAL, GROUP, NAME, mine)
+        writer_replica.observe(PLURAL, GROUP, NAME, mine)
+        await _settle(writer_replica, other)
+        (entry,) = _revisions(kube)
+        assert _by(entry) == ("alice", "slo-api", "own-1", None)
+
+    vtime.run(scenario())
+
+
+def test_a_slow_writer_replaces_the_placeholder_another_replica_left() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        slow, other = _replica(kube), _replica(kube)
+        base = _state(10, _managed(CREATED), priority=1)
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
+        for replica in (slow, other):
+            replica.observe(PLURAL, GROUP, NAME, base)
+        other.observe(PLURAL, GROUP, NAME, mine)
+        await _settle(other)  # its grace is over: recorded as unknown
+        assert [_by(e) for e in _revisions(kube)] == [("unknown", "slo-api", None, None)]
+        token = writer.set(("alice", "own-1", None))
+        slow.wrote(mine)
+        writer.reset(token)
+        slow.observe(PLURAL, GROUP, NAME, mine)
+        await _settle(slow)
+        assert [_by(e) for e in _revisions(kube)] == [("alice", "slo-api", "own-1", None)]
+
+    vtime.run(scenario())
+
+
+def test_a_change_claiming_slo_api_that_no_replica_made_is_recorded_as_unknown() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        forged = _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(11, forged, priority=9))
+        await _settle(replica)
+        (entry,) = _revisions(kube)
+        assert _by(entry) == ("unknown", "slo-api", None, None)
+        assert entry["changes"] == [{"field": "priority", "from": 1, "to": 9}]
+
+    vtime.run(scenario())
+
+
+def test_a_field_removed_by_a_manager_that_keeps_no_entry_is_unknown_not_the_creator() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        bound = {"type": "replica", "value": 4}
+        argo = ("argocd-controller", "2026-01-02T00:00:00Z", ["maximumDeployment"])
+        replica.observe(
+            PLURAL, GROUP, NAME, _state(10, _managed(CREATED, argo), maximumDeployment=bound)
+        )
+        # Removed with kubectl edit: the removed field's entry goes, nobody's entry moves.
+        replica.observe(PLURAL, GROUP, NAME, _state(11, _managed(CREATED)))
+        await _settle(replica)
+        (entry,) = _revisions(kube)
+        assert _by(entry) == ("unknown", "unknown", None, None)
+        assert entry["changes"] == [{"field": "maximumDeployment", "from": bound, "to": None}]
+
+    vtime.run(scenario())
+
+
+def test_a_relist_records_the_difference_once_and_a_late_event_nothing() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        index = Service.index_for([LLM])
+        replica = _replica(kube)
+        index.on_observed(replica.observe)
+        index.upsert(PLURAL, _state(10, _managed(CREATED), priority=1))
+        # Changes at 11 and 12 were missed (a broken watch): the relist shows 12.
+        later = _state(
+            12,
+            _managed(CREATED, ("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"])),
+            priority=3,
+        )
+        index.replace(PLURAL, [index.entry(PLURAL, later)], GROUP)
+        index.replace(PLURAL, [index.entry(PLURAL, later)], GROUP)  # listed again
+        missed = _state(
+            11,
+            _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"])),
+            priority=2,
+        )
+        index.upsert(PLURAL, missed)  # a late event: older than what was seen
+        await _settle(replica)
+        (entry,) = _revisions(kube)
+        assert entry["id"] == "12"
+        assert entry["changes"] == [{"field": "priority", "from": 1, "to": 3}]
+
+    vtime.run(scenario())
+
+
+def test_the_index_tells_observed_states_and_never_a_writes_answer() -> None:
+    index = Service.index_for([LLM])
+    seen: list[tuple[str, Any]] = []
+    index.on_observed(
+        lambda plural, group, name, state: seen.append(
+            (
+                name[1],
+                None
+                if state is None
+                else (state.obj() if isinstance(state, Entry) else state)["spec"]["priority"],
+            )
+        )
     )
-    assert changed_by(obj, ["priority"]) == ("kubectl-create", "2026-01-01T00:00:00Z")
-    # A removed field has no owner: the manager touched last made the change.
-    assert changed_by(obj, ["maximumDeployment"])[0] == "argocd-controller"
+    index.upsert(PLURAL, _state(5, [], priority=1))
+    assert index.write_through(PLURAL, _state(6, [], priority=2))
+    index.upsert(PLURAL, _state(6, [], priority=2))
+    index.delete(PLURAL, _state(7, []))
+    assert seen == [("cr-1", 1), ("cr-1", 2), ("cr-1", None)]
 
 
-def test_history_names_stay_valid_for_the_longest_cr_names() -> None:
-    assert history_name(LLM, "chat") == "slo-history.llm.chat"
-    long = history_name(LLM, "x" * 253)
-    assert len(long) <= 253
-    assert long != history_name(LLM, "x" * 252 + "y")
+def test_a_recreated_cr_starts_a_fresh_history_that_the_old_one_never_touches() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        patched = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(11, patched, priority=2))
+        replica.observe(PLURAL, GROUP, NAME, None)
+        replica.observe(PLURAL, GROUP, NAME, _state(20, _managed(CREATED), uid="u2", priority=0))
+        # The old CR's late event (another API group's copy of the same name alike): its
+        # history only.
+        replica.observe(PLURAL, "inference.x-k8s.io", NAME, _state(21, patched, uid="u3"))
+        await _settle(replica)
+        assert [e["id"] for e in _revisions(kube, "u1")] == ["11"]
+        assert _revisions(kube, "u2") == []
+        target = Target.of("a", LLM, _state(20, [], uid="u2"))
+        assert await replica.read(target) == []
+
+    vtime.run(scenario())
 
 
-async def test_a_write_through_slo_api_is_recorded_once_with_its_caller(start: Started) -> None:
+def test_no_value_freezes_a_route_s_history() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        manager = _managed(CREATED, ("kubectl-apply", "2026-01-02T00:00:00Z", ["ttft"]))
+        # Ten 44 KiB ttft sections (what the CRD allows), then a one-field change.
+        for n in range(10):
+            metrics = [{"type": "p90", "threshold": n + i / 1000} for i in range(1400)]
+            ttft = {"default": {"metrics": metrics}}
+            assert len(orjson.dumps(ttft)) > 40_000
+            replica.observe(PLURAL, GROUP, NAME, _state(11 + n, manager, priority=1, ttft=ttft))
+        replica.observe(PLURAL, GROUP, NAME, _state(30, manager, priority=2, ttft=ttft))
+        await _settle(replica)
+        entries = _revisions(kube)
+        assert len(entries) == 11
+        assert entries[-1]["changes"] == [{"field": "priority", "from": 1, "to": 2}]
+        digest = entries[-1]["after"]["ttft"]
+        assert digest["digest"].startswith("sha256:")
+        assert digest["size"] > VALUE_CAP
+        assert all(len(o["data"]) < 64 * 1024 for o in kube.objects.values() if "data" in o)
+        assert capped({"a": 1}) == {"a": 1}
+
+    vtime.run(scenario())
+
+
+def test_each_cr_keeps_its_newest_revisions() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube, limit=3)
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(10, manager, priority=0))
+        for n in range(1, 9):
+            replica.observe(PLURAL, GROUP, NAME, _state(10 + n, manager, priority=n % 10))
+            await _settle(replica)
+        target = Target.of("a", LLM, _state(18, []))
+        assert [e["id"] for e in await replica.read(target)] == ["18", "17", "16"]
+        assert len(_revisions(kube)) <= 3 + 3 // 10 + 1
+
+    vtime.run(scenario())
+
+
+async def test_a_put_is_recorded_once_with_its_caller_and_both_request_ids(
+    start: Started,
+) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
     async with start(kube) as (client, _):
-        assert (await client.get("/routes/a/history", headers=AUTH)).json() == {
-            "items": [],
-            "total": 0,
-            "page": 1,
-            "pageSize": 20,
-        }
-        # A route that never changed costs nothing: no ConfigMap.
-        assert kube.config_maps == {}
+        empty = (await client.get("/routes/a/history", headers=AUTH)).json()
+        assert empty == {"items": [], "total": 0, "page": 1, "pageSize": 20}
         put = await client.put(
             "/routes/a", json={"priority": 6}, headers={**AUTH, "X-Request-Id": "req-1"}
         )
@@ -92,114 +370,16 @@ async def test_a_write_through_slo_api_is_recorded_once_with_its_caller(start: S
         history = (await client.get("/routes/a/history", headers=AUTH)).json()
         assert history["total"] == 1
         (entry,) = history["items"]
-        assert entry["actor"] == "token:write"
-        assert entry["via"] == "slo-api"
-        assert entry["requestId"] == "req-1"
+        assert (entry["actor"], entry["via"]) == ("token:write", "slo-api")
+        assert entry["clientRequestId"] == "req-1"
+        assert len(entry["requestId"]) == 32  # slo-api's own, not the caller's
         assert entry["changes"] == [{"field": "priority", "from": 1, "to": 6}]
         assert entry["after"]["priority"] == 6
         assert entry["id"] == put.headers["ETag"].strip('"')
         assert (await client.get("/config/a/history", headers=AUTH)).json() == history
-        ((_, name), cm) = next(iter(kube.config_maps.items()))
-        assert name == "slo-history.llm.cr-1"
-        assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-cr-1"
-
-
-async def test_the_history_is_bounded_newest_first_and_paginated(start: Started) -> None:
-    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube, route_history_entries=3) as (client, _):
-        for priority in range(1, 6):
-            assert (
-                await client.put("/routes/a", json={"priority": priority}, headers=AUTH)
-            ).is_success
-        history = (await client.get("/routes/a/history?pageSize=2", headers=AUTH)).json()
-        assert history["total"] == 3
-        assert [e["after"]["priority"] for e in history["items"]] == [5, 4]
-        second = (await client.get("/routes/a/history?pageSize=2&page=2", headers=AUTH)).json()
-        assert [e["after"]["priority"] for e in second["items"]] == [3]
-
-
-async def test_an_unknown_route_has_no_history_and_history_ends_no_route(start: Started) -> None:
-    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, _):
-        missing = await client.get("/routes/nope/history", headers=AUTH)
-        assert missing.status_code == 404
-        assert missing.json()["error"]["code"] == "not_found"
-        assert (await client.get("/routes/a/history")).status_code == 401
-        reserved = await client.get("/routes/x/history/history", headers=AUTH)
-        assert reserved.status_code == 400
-
-
-async def test_two_replicas_seeing_a_change_around_slo_api_record_it_once() -> None:
-    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
-    before = copy.deepcopy(kube.objects[(PLURAL, "ns", "cr-1")])
-    after = copy.deepcopy(before)
-    after["spec"]["priority"] = 4
-    after["metadata"]["resourceVersion"] = "500"
-    after["metadata"]["managedFields"] = _managed(
-        ("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"])
-    )
-    replicas = [History(kube, [LLM], 20), History(kube, [LLM], 20)]  # type: ignore[arg-type]
-    for replica in replicas:
-        replica.observe(PLURAL, lambda: before, after)
-    for replica in replicas:
-        await replica.close()
-    cm = kube.config_maps[("ns", "slo-history.llm.cr-1")]
-    entries = orjson.loads(cm["data"]["entries"])
-    assert len(entries) == 1
-    counted = [
-        {o: r.metrics.history_entries.labels(o)._value.get() for o in ("stored", "already")}
-        for r in replicas
-    ]
-    assert sorted(counted, key=lambda c: c["stored"]) == [
-        {"stored": 0, "already": 1},
-        {"stored": 1, "already": 0},
-    ]
-    assert entries[0]["actor"] == entries[0]["via"] == "kubectl-patch"
-    assert entries[0]["time"] == "2026-01-03T00:00:00Z"
-    assert entries[0]["changes"] == [{"field": "priority", "from": 1, "to": 4}]
-    # Made by slo-api: left to the replica that wrote it (it knows the caller).
-    mine = copy.deepcopy(after)
-    mine["metadata"]["resourceVersion"] = "501"
-    mine["spec"]["priority"] = 5
-    mine["metadata"]["managedFields"] = _managed(("slo-api", "2026-01-04T00:00:00Z", ["priority"]))
-    replicas[0].observe(PLURAL, lambda: after, mine)
-    await replicas[0].close()
-    target = Target.of("a", LLM, after)
-    assert [e["id"] for e in await replicas[1].read(target)] == ["500"]
-
-
-async def test_a_history_the_api_server_will_not_give_is_502_naming_nothing(
-    start: Started,
-) -> None:
-    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
-    async with start(kube) as (client, _):
-        forbidden = KubeError(403, "Forbidden", "configmaps is forbidden", is_status=True)
-        kube.error_callback = fail(forbidden, "get_config_map")
-        got = await client.get("/routes/a/history", headers=AUTH)
-        assert got.status_code == 502
-        assert got.json()["error"]["code"] == "upstream_error"
-        assert "cr-1" not in got.text
-
-
-def test_the_index_tells_updates_of_a_held_cr_only() -> None:
-    index = Service.index_for([LLM])
-    seen: list[tuple[int, int]] = []
-    index.on_update(
-        lambda plural, old, new: seen.append((old()["spec"]["priority"], new["spec"]["priority"]))
-    )
-    first = llm_cr("cr-1", priority=1)
-    first["metadata"].update(uid="u1", resourceVersion="5")
-    index.upsert(PLURAL, first)
-    assert seen == []  # an add is not a change of the client's fields
-    second = copy.deepcopy(first)
-    second["spec"]["priority"] = 2
-    second["metadata"]["resourceVersion"] = "6"
-    index.upsert(PLURAL, second)
-    assert seen == [(1, 2)]
-    other = copy.deepcopy(second)
-    other["metadata"].update(uid="u2", resourceVersion="7")
-    index.upsert(PLURAL, other)  # re-created: a new CR, not an update
-    assert seen == [(1, 2)]
+        (revision,) = [o for (p, _, _), o in kube.objects.items() if p == REVISIONS.plural]
+        assert revision["metadata"]["name"] == f"uid-cr-1.{entry['id']}"
+        assert revision["metadata"]["ownerReferences"][0]["uid"] == "uid-cr-1"
 
 
 async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
@@ -217,7 +397,70 @@ async def test_a_reset_is_recorded_with_what_it_removed(start: Started) -> None:
         assert "maximumDeployment" not in entry["after"]
 
 
-async def test_stream_events_name_the_caller_of_a_write_and_the_manager_of_a_change(
+async def test_an_unknown_route_has_no_history_and_history_ends_no_route(start: Started) -> None:
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
+    async with start(kube) as (client, _):
+        missing = await client.get("/routes/nope/history", headers=AUTH)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "not_found"
+        assert (await client.get("/routes/a/history")).status_code == 401
+        reserved = await client.get("/routes/x/history/history", headers=AUTH)
+        assert reserved.status_code == 400
+
+
+async def test_a_history_the_api_server_will_not_give_is_502_naming_nothing(
+    start: Started,
+) -> None:
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a")]})
+    async with start(kube) as (client, _):
+        forbidden = KubeError(403, "Forbidden", "routerevisions is forbidden", is_status=True)
+
+        def refuse(method: str, *args: Any) -> None:
+            if method == "list" and args[0] == REVISIONS:
+                raise forbidden
+
+        kube.error_callback = refuse
+        got = await client.get("/routes/a/history", headers=AUTH)
+        assert got.status_code == 502
+        assert got.json()["error"]["code"] == "upstream_error"
+        assert "cr-1" not in got.text
+
+
+async def test_history_kept_in_config_maps_is_carried_over_and_readable_meanwhile(
+    start: Started,
+) -> None:
+    kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=2)]})
+    old = [
+        {"id": str(n), "time": "2025-12-01T00:00:00Z", "actor": "bob", "via": "slo-api",
+         "requestId": f"r{n}", "changes": [{"field": "priority", "from": n - 1, "to": n}],
+         "after": {"route": "a", "kind": "llm", "priority": n}}
+        for n in (1, 2)
+    ]  # fmt: skip
+    kube.config_maps[("ns", "slo-history.llm.cr-1")] = {
+        "metadata": {
+            "name": "slo-history.llm.cr-1",
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "labels": {LEGACY_LABEL: "llm"},
+            "ownerReferences": [{"kind": "LLMSLORequirement", "name": "cr-1", "uid": "uid-cr-1"}],
+        },
+        "data": {"entries": orjson.dumps(old).decode()},
+    }
+    # The first carry fails: reads show the ConfigMap's entries meanwhile.
+    kube.error_callback = fail(KubeError(503, "down"), "create", times=1)
+    async with start(kube) as (client, app):
+        history = (await client.get("/routes/a/history", headers=AUTH)).json()
+        assert [(e["id"], e["actor"]) for e in history["items"]] == [("2", "bob"), ("1", "bob")]
+        await app.state.runtime.history.migrate()
+        assert kube.config_maps == {}
+        again = (await client.get("/routes/a/history", headers=AUTH)).json()
+        assert [(e["id"], e["requestId"]) for e in again["items"]] == [("2", "r2"), ("1", "r1")]
+        # Carried twice (two replicas): still once each.
+        assert await app.state.runtime.history.migrate() == 0
+        assert len(_revisions(kube, "uid-cr-1")) == 2
+
+
+async def test_stream_events_name_the_request_of_a_write_and_the_manager_of_a_change(
     start: Started,
 ) -> None:
     kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
@@ -229,39 +472,204 @@ async def test_stream_events_name_the_caller_of_a_write_and_the_manager_of_a_cha
             "/routes/a", json={"priority": 6}, headers={**AUTH, "X-Request-Id": "req-1"}
         )
         assert put.status_code == 200
+        own = (await client.get("/routes/a/history", headers=AUTH)).json()["items"][0]
         # A change made around slo-api, as the informer stores it.
-        around = copy.deepcopy(rt.index.get(PLURAL, "ns", "cr-1"))
+        around = copy.deepcopy(kube.objects[(PLURAL, "ns", "cr-1")])
         around["spec"]["priority"] = 4
         around["metadata"]["resourceVersion"] = "900"
-        around["metadata"]["managedFields"] = _managed(
-            ("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"])
+        around["metadata"]["managedFields"].append(
+            _managed(("kubectl-patch", "2026-01-03T00:00:00Z", ["priority"]))[0]
         )
-        rt.index.upsert(PLURAL, around)
+        kube.push(PLURAL, {"type": "MODIFIED", "object": around})
+        await until(
+            lambda: rt.index.get(PLURAL, "ns", "cr-1")["metadata"]["resourceVersion"] == "900",
+            "the change indexed",
+        )
+        await rt.history.close()
         await reader.settle()
         modified = [e for e in reader.events if e["type"] == "MODIFIED"]
         await reader.stop()
     assert [e["object"]["priority"] for e in modified][:2] == [6, 4]
-    assert modified[0]["by"] == {"actor": "token:write", "via": "slo-api", "requestId": "req-1"}
+    assert modified[0]["by"] == {
+        "actor": "token:write",
+        "via": "slo-api",
+        "requestId": own["requestId"],
+        "clientRequestId": "req-1",
+    }
     assert modified[1]["by"] == {
         "actor": "kubectl-patch",
         "via": "kubectl-patch",
         "requestId": None,
+        "clientRequestId": None,
     }
     assert len(modified) == 2
     assert all("by" not in e for e in reader.events if e["type"] == "ADDED")
 
 
-def test_a_writes_event_stored_before_its_result_still_names_the_caller() -> None:
-    history = History(FakeKube({}), [LLM], 20)  # type: ignore[arg-type]
-    before = llm_cr("cr-1", route="a", priority=1)
-    after = copy.deepcopy(before)
-    after["spec"]["priority"] = 2
-    after["metadata"]["resourceVersion"] = "600"
-    after["metadata"]["managedFields"] = _managed(("slo-api", "2026-01-04T00:00:00Z", ["priority"]))
-    with history.writing(Target.of("a", LLM, before), "token:write", "rq-3"):
-        history.observe(PLURAL, lambda: before, after)
-    assert history.by(600) == {"actor": "token:write", "via": "slo-api", "requestId": "rq-3"}
-    # Seen as another replica sees it: only the field manager.
-    other = History(FakeKube({}), [LLM], 20)  # type: ignore[arg-type]
-    other.observe(PLURAL, lambda: before, after)
-    assert other.by(600) == {"actor": None, "via": "slo-api", "requestId": None}
+def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_restart() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        ownership = Ownership()
+        replica = _replica(kube, ownership=ownership)
+        argo = _managed(CREATED, ("argocd-controller", "2026-01-02T00:00:00Z", ["priority"]))
+        marked = _state(10, argo, priority=1)
+        marked["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x/y:ns/cr-1"}
+        replica.observe(PLURAL, GROUP, NAME, marked)
+        changed = copy.deepcopy(marked)
+        changed["metadata"]["resourceVersion"] = "11"
+        changed["spec"]["priority"] = 2
+        replica.observe(PLURAL, GROUP, NAME, changed)
+        await _settle(replica)
+        assert replica.remembered(changed)["priority"].manager == "argocd-controller"
+        (entry,) = _revisions(kube)
+        assert entry["owners"]["priority"]["manager"] == "argocd-controller"
+        # A new process: the newest revision of a marked CR is read back.
+        fresh = _replica(kube, ownership=ownership)
+        fresh.observe(PLURAL, GROUP, NAME, changed)
+        await _settle(fresh)
+        assert fresh.remembered(changed)["priority"].manager == "argocd-controller"
+        # Or first seen in a list (as every CR is at a start).
+        index = Service.index_for([LLM], ownership)
+        listed = _replica(kube, ownership=ownership)
+        index.on_observed(listed.observe)
+        index.replace(PLURAL, [index.entry(PLURAL, changed)], GROUP)
+        await until(lambda: bool(listed.remembered(changed)), "seeded")
+        await _settle(listed)
+        assert listed.remembered(changed)["priority"].manager == "argocd-controller"
+
+    vtime.run(scenario())
+
+
+def test_after_a_list_the_manager_is_the_one_that_stamped_its_entry_since() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        index = Service.index_for([LLM])
+        replica = _replica(kube)
+        index.on_observed(replica.observe)
+        bound = {"type": "replica", "value": 4}
+        helm = ("helm", "2026-01-02T00:00:00Z", ["maximumDeployment", "ttft"])
+        ttft = {"default": {"metrics": [{"type": "p90", "threshold": 1}]}}
+        listed = _state(10, _managed(CREATED, helm), maximumDeployment=bound, ttft=ttft)
+        # First seen in a list: the index keeps only the GitOps tools' managedFields.
+        index.replace(PLURAL, [index.entry(PLURAL, listed)], GROUP)
+        # kubectl edit removes one of helm's fields: helm's entry shrinks, nobody's is stamped.
+        shrunk = ("helm", "2026-01-02T00:00:00Z", ["ttft"])
+        index.upsert(PLURAL, _state(11, _managed(CREATED, shrunk), ttft=ttft))
+        # Then the creator's client changes the priority.
+        again = ("kubectl-create", "2026-01-04T00:00:00Z", ["serviceId", "priority"])
+        index.upsert(PLURAL, _state(12, _managed(again, shrunk), priority=3, ttft=ttft))
+        await _settle(replica)
+        removed, changed = _revisions(kube)
+        assert _by(removed) == ("unknown", "unknown", None, None)
+        assert removed["changes"] == [{"field": "maximumDeployment", "from": bound, "to": None}]
+        assert _by(changed)[:2] == ("kubectl-create", "kubectl-create")
+
+    vtime.run(scenario())
+
+
+def test_a_read_the_api_server_asks_to_retry_is_retried_as_it_says() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        busy = KubeError(429, "TooManyRequests", "storage is (re)initializing", retry_after=2.0)
+        kube.error_callback = fail(busy, "list", times=2)
+        target = Target.of("a", LLM, _state(10, []))
+        assert await replica.read(target) == []
+        kube.error_callback = fail(busy, "list", times=5)
+        # Beyond the upstream timeout: answered as any failed call is.
+        with pytest.raises(ApiError) as failed:
+            await replica.read(target)
+        assert failed.value.status == 502
+
+    vtime.run(scenario())
+
+
+def test_a_change_waits_for_an_api_server_that_is_away_rather_than_be_lost() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        kube.error_callback = fail(
+            KubeError(0, message="cannot reach the API server"), "create", times=4
+        )
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        patched = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(11, patched, priority=2))
+        # Retried with a backoff until it passes (virtual time: minutes pass at once).
+        await until(lambda: len(_revisions(kube)) == 1, "recorded", within=300)
+        (entry,) = _revisions(kube)
+        assert entry["changes"] == [{"field": "priority", "from": 1, "to": 2}]
+        # A refusal that will not pass (403: the grant) is not retried.
+        kube.error_callback = fail(KubeError(403, "Forbidden", "no", is_status=True), "create")
+        replica.observe(PLURAL, GROUP, NAME, _state(12, patched, priority=3))
+        await _settle(replica)
+        assert len(_revisions(kube)) == 1
+        assert replica.metrics.history_entries.labels("failed")._value.get() == 1
+
+    vtime.run(scenario())
+
+
+def test_a_change_in_the_same_second_as_the_listed_state_is_still_named() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        index = Service.index_for([LLM])
+        replica = _replica(kube)
+        index.on_observed(replica.observe)
+        index.replace(PLURAL, [index.entry(PLURAL, _state(10, _managed(CREATED)))], GROUP)
+        # kubectl edit within the second the CR was created in.
+        edit = ("kubectl-edit", CREATED[1], ["priority"])
+        index.upsert(PLURAL, _state(11, _managed(CREATED, edit), priority=4))
+        await _settle(replica)
+        (entry,) = _revisions(kube)
+        assert _by(entry)[:2] == ("kubectl-edit", "kubectl-edit")
+
+    vtime.run(scenario())
+
+
+def test_a_manager_changing_again_within_its_stamps_second_is_still_named() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        other = _replica(kube)
+        first = ("slo-api", "2026-01-03T00:00:00Z", ["priority"])
+        other.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED, first), priority=2))
+        # Another replica's second write in that same second: slo-api's stamp does not move.
+        again = ("slo-api", "2026-01-03T00:00:00Z", ["priority", "maximumDeployment"])
+        bound = {"type": "replica", "value": 4}
+        other.observe(
+            PLURAL,
+            GROUP,
+            NAME,
+            _state(11, _managed(CREATED, again), priority=2, maximumDeployment=bound),
+        )
+        assert other.by(11) == {
+            "actor": "unknown",
+            "via": "slo-api",
+            "requestId": None,
+            "clientRequestId": None,
+        }
+        await _settle(other)  # no replica made it here: kept, as `unknown` via slo-api
+        assert [_by(e) for e in _revisions(kube)] == [("unknown", "slo-api", None, None)]
+
+    vtime.run(scenario())
+
+
+def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_comes() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        loop = asyncio.get_running_loop()
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        mine = _state(
+            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+        )
+        replica.observe(PLURAL, GROUP, NAME, mine)  # the event, before the answer
+        started = loop.time()
+        token = writer.set(("alice", "own-1", None))
+        replica.wrote(mine)
+        writer.reset(token)
+        await until(lambda: bool(_revisions(kube)), "recorded")
+        # Recorded at the answer, long before another replica's grace ends.
+        assert loop.time() - started < GRACE
+        assert [_by(e) for e in _revisions(kube)] == [("alice", "slo-api", "own-1", None)]
+        await _settle(replica)
+
+    vtime.run(scenario())

@@ -88,8 +88,8 @@ async def test_each_call_sends_its_request(
     await kube.patch(RES, "team-a", "a", {"spec": {"priority": 1}}, dry_run=True)
     await kube.review_access({"user": "u"})
     await kube.create_event("team-a", {"metadata": {"namespace": "team-a"}})
-    await kube.replace_config_map("team-a", "h", {"data": {}})
-    await kube.get_config_map("team-a", "h")
+    await kube.list_config_maps("team-a", "app=x")
+    await kube.delete_config_map("team-a", "h", resource_version="7")
 
     base = "/apis/inference.modelsphere.dev/v1alpha1/namespaces/team-a/llmslorequirements"
     assert server.requests == [
@@ -117,12 +117,21 @@ async def test_each_call_sends_its_request(
             {"metadata": {"namespace": "team-a"}},
         ),
         (
-            "PUT",
-            "/api/v1/namespaces/team-a/configmaps/h",
-            {"fieldManager": "slo-api"},
-            {"data": {}},
+            "GET",
+            "/api/v1/namespaces/team-a/configmaps",
+            {"labelSelector": "app=x", "limit": "500"},
+            None,
         ),
-        ("GET", "/api/v1/namespaces/team-a/configmaps/h", {}, None),
+        (
+            "DELETE",
+            "/api/v1/namespaces/team-a/configmaps/h",
+            {},
+            {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "preconditions": {"resourceVersion": "7"},
+            },
+        ),
     ]
     assert [code for _, code in observed] == ["200"] * 6
     assert [verb for verb, _ in observed][:3] == ["list", "patch", "subjectaccessreview"]

@@ -129,7 +129,9 @@ def test_the_manifests_hold_the_expected_objects() -> None:
     because it found nothing."""
     kinds = {(label.split(":")[0], obj["kind"], obj["metadata"]["name"]) for label, obj in OBJECTS}
     assert {k for d, k, _ in kinds if d == "crd"} == {"CustomResourceDefinition"}
-    assert len([k for k in kinds if k[0] == "crd"]) == 3
+    # The three kinds, and slo-api's route revisions.
+    assert len([k for k in kinds if k[0] == "crd"]) == 4
+    assert ("crd", "CustomResourceDefinition", "routerevisions.slo-api.modelsphere.dev") in kinds
     for expected in [
         ("namespace", "Namespace", NAMESPACE),
         ("rbac", "ServiceAccount", NAME),
@@ -137,6 +139,7 @@ def test_the_manifests_hold_the_expected_objects() -> None:
         ("rbac", "ClusterRoleBinding", NAME),
         ("rbac", "ClusterRoleBinding", f"{NAME}:auth-delegator"),
         ("rbac", "ClusterRole", f"{NAME}:events"),
+        ("rbac", "ClusterRole", f"{NAME}:history"),
         ("user-roles", "ClusterRole", f"{NAME}-edit"),
         ("user-roles", "ClusterRole", f"{NAME}-view"),
         ("manager", "Deployment", NAME),
@@ -349,6 +352,7 @@ def test_each_shipped_kustomization_renders_what_it_is_for(directory: Path) -> N
         assert names == {
             "llmslorequirements.inference.modelsphere.dev",
             "jobslorequirements.inference.modelsphere.dev",
+            "routerevisions.slo-api.modelsphere.dev",
         }
     elif where == Path("crd/modelpool"):
         assert names == {"modelpools.inference.llmkube.dev"}

@@ -120,3 +120,18 @@ def test_a_pool_revert_nulls_only_the_settings_it_lacked() -> None:
             "reclaimAfter": None,
         },
     }
+
+
+def test_revert_refuses_an_entry_that_keeps_only_a_digest_of_a_value(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    digest = {"digest": "sha256:" + "0" * 64, "size": 45_000}
+    big = {**ENTRIES[1], "id": "140", "after": {**ENTRIES[1]["after"], "ttft": digest}}
+    api.get("/routes/chat-7b/history").respond(
+        json={"items": [big], "total": 1, "page": 1, "pageSize": 200}
+    )
+    put = api.put("/routes/chat-7b").respond(json=LLM)
+    code, _, err = run(capsys, "revert", "chat-7b", "140")
+    assert code == 2
+    assert "keeps only a digest of ttft" in err
+    assert not put.called
