@@ -61,7 +61,7 @@ from slo_api.index import (
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
-from slo_api.ownership import Owner, Ownership, marker
+from slo_api.ownership import Owner, Ownership
 from slo_api.recovery import Backoff
 from slo_api.service import Target
 from slo_api.upstream import failure
@@ -416,7 +416,7 @@ class History:
             self._remembered[uid] = owners
         if prev is None or prev.uid != uid:
             # First seen here (a start, or a re-created CR): nothing to diff with.
-            if before is None and self.enabled and marker(obj) is not None:
+            if before is None and self.enabled and self.ownership.markers(obj):
                 self._spawn(self._seed(kind, obj, uid))
             return
         changes = diff(kind, prev.decoded(kind), fields)
@@ -457,7 +457,7 @@ class History:
                 owners = self._owners_after({}, None, obj)
                 if owners:
                     self._remembered[entry.uid] = owners
-                if self.enabled and marker(obj) is not None:
+                if self.enabled and self.ownership.markers(obj):
                     self._spawn(self._seed(kind, obj, entry.uid))
             await asyncio.sleep(0)
 

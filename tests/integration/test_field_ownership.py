@@ -8,15 +8,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controlplane.admin import Admin
-from slo_api.index import uid_of
-from slo_api.ownership import Owner
 from tests.integration import crs
 from tests.integration.service import RunningService, running
 
@@ -207,22 +204,12 @@ async def test_a_pool_field_helm_applied_is_named_as_the_api_names_it(
 
 
 class Memory:
-    """The owners remembered per CR, in-process for these tests (the route history keeps them
-    in its revisions): the real `Ownership.carry`, fed with each pair of consecutive states the
-    informer observed for a CR, and passed to the service as its `remembered`."""
+    """The running service's own memory of GitOps owners: the route history's, fed with the
+    informers' consecutive states through `Ownership.carry`, and read by GET and the guard."""
 
     def __init__(self, service: RunningService) -> None:
         self.ownership = service.runtime.service.ownership
-        self.by_uid: dict[str, dict[str, Owner]] = {}
-        service.runtime.index.on_update(self.observe)
-        service.runtime.service.remembered = self.remembered
-
-    def observe(self, plural: str, old: Callable[[], dict[str, Any]], new: dict[str, Any]) -> None:
-        uid = str(uid_of(new))
-        self.by_uid[uid] = self.ownership.carry(self.by_uid.get(uid, {}), old(), new)
-
-    def remembered(self, obj: dict[str, Any]) -> Mapping[str, Owner]:
-        return self.by_uid.get(str(uid_of(obj)), {})
+        self.remembered = service.runtime.history.remembered
 
 
 TRACKED = "argocd.argoproj.io/tracking-id"
@@ -270,6 +257,30 @@ async def test_a_forced_write_leaves_the_field_argo_cds_for_the_next_put(
     read = (await service.get(f"/routes/{route}")).json()
     assert read["managed"]["priority"] == "argocd-controller"
     assert not memory.remembered(_stored(admin, namespace))["priority"].remembered
+
+
+async def test_a_replica_started_after_a_forced_write_still_refuses_the_tools_field(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path
+) -> None:
+    """The memory outlives the process: a replica that starts after the forced write reads
+    the tool's claim back from the newest revision of the route's history."""
+    async with running(slo_api_kubeconfig) as first:
+        route = await _applied(admin, first, namespace, "argocd-controller", **_tracking(namespace))
+        forced = await first.put(f"/routes/{route}", {"priority": 9}, params={"force": "true"})
+        assert forced.status_code == 200, forced.text
+        history = await first.get(f"/routes/{route}/history")
+        assert history.status_code == 200, history.text
+        assert history.json()["items"][0]["changes"][0]["field"] == "priority"
+    async with running(slo_api_kubeconfig) as second:
+        await second.eventually(
+            lambda: "priority" in second.runtime.history.remembered(_stored(admin, namespace)),
+            what="the claim read back from the history",
+        )
+        read = (await second.get(f"/routes/{route}")).json()
+        assert read["managed"]["priority"] == "argocd-controller"
+        put = await second.put(f"/routes/{route}", {"priority": 7})
+        assert put.status_code == 409, put.text
+        assert _stored(admin, namespace)["spec"]["priority"] == 9
 
 
 @pytest.mark.parametrize(
