@@ -78,7 +78,9 @@ def seeded(
     admin.create(crs.llm(namespace, "twice-a", service_id=twice))
     admin.create(crs.job(namespace, "twice-b", service_id=twice))
     log = tmp_path_factory.mktemp("fuzz") / "slo-api.log"
-    with live_service(slo_api_kubeconfig, log) as live:
+    # A change stream sends a bookmark every few seconds, so a client's read timeout never
+    # ends it: its lifetime does, with the final bookmark the schema describes.
+    with live_service(slo_api_kubeconfig, log, WATCH_LIFETIME_SECONDS="2") as live:
         for route in (llm, job, pool):
             live.wait_for(route)
         yield live, namespace, [llm, job, pool, twice]
