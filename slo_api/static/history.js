@@ -79,7 +79,8 @@ export async function showHistory(route, actions) {
   const more = result.data.total > items.length
     ? h("p", { class: "hint", text: "Showing the latest " + items.length + " of " + result.data.total + "." })
     : null;
-  box.replaceChildren(h("ol", { class: "history-list" }, rows), more);
+  // replaceChildren writes a null as the text "null": only the parts there are.
+  box.replaceChildren(...[h("ol", { class: "history-list" }, rows), more].filter(Boolean));
 }
 
 async function restore(route, entry, reload) {

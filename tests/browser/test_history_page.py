@@ -50,6 +50,9 @@ def test_the_history_shows_who_changed_the_route_and_restores_an_entry(
     expect(entries).to_have_count(2)
     expect(entries.first).to_contain_text("kubectl-edit")
     expect(entries.first).to_contain_text("priority: 5 → 7")
+    # Every entry shown: no "Showing the latest" line, and nothing in its place.
+    expect(history).not_to_contain_text("Showing the latest")
+    expect(history).not_to_contain_text("null")
 
     asked: list[str] = []
 
