@@ -123,6 +123,29 @@ def wait_ready(url: str, process: Running, timeout: float = 60) -> None:
     raise ServiceError(f"slo-api was not ready after {timeout:.0f}s (last: {last})")
 
 
+def wait_attainment(url: str, token: str, route: str, timeout: float = 120) -> None:
+    """Poll a route's attainment until slo-api's first refresh from Prometheus answered
+    (`source.status` "ok"): until then every route says `unavailable`, with no figures."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=5, headers=headers) as http:
+        while time.monotonic() < deadline:
+            try:
+                response = http.get(f"{url}/routes/{route}/attainment")
+                if response.status_code == 200:
+                    source = response.json()["source"]
+                    if source["status"] == "ok":
+                        return
+                    last = f"{source['status']}: {source.get('reason')}"
+                else:
+                    last = f"{response.status_code} {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            time.sleep(0.5)
+    raise ServiceError(f"slo-api had no attainment after {timeout:.0f}s (last: {last})")
+
+
 def stop_service(process: subprocess.Popen[bytes], timeout: float = 20) -> int | None:
     """SIGTERM, wait for a graceful stop, then kill. Returns the exit code."""
     if process.poll() is None:
@@ -273,6 +296,8 @@ def run_demo(directory: Path, port: int, tracing: bool = False) -> int:
             },
         )
         wait_ready(url, service)
+        # The page and sloctl show figures from the first look on.
+        wait_attainment(url, token, "chat-7b")
         env_file = directory / "env"
         write_env(env_file, url, token, creds.admin_kubeconfig)
         print(

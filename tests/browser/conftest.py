@@ -35,6 +35,7 @@ from controlplane.demo import (
     start_metrics,
     start_service,
     stop_service,
+    wait_attainment,
     wait_ready,
 )
 from controlplane.server import free_port
@@ -244,6 +245,7 @@ def service(
         except ServiceError as exc:
             pytest.fail(f"{exc}\n{svc.log_tail()}", pytrace=False)
         _wait_for_samples(svc, samples)
+        wait_attainment(svc.url, token, samples.route("chat-7b"))
         yield svc
     finally:
         stop_service(process)

@@ -23,7 +23,13 @@ import respx
 import yaml
 
 from controlplane.admin import Admin
-from controlplane.demo import start_metrics, start_service, stop_service, wait_ready
+from controlplane.demo import (
+    start_metrics,
+    start_service,
+    stop_service,
+    wait_attainment,
+    wait_ready,
+)
 from controlplane.server import free_port
 from slo_api.cli.__main__ import main
 
@@ -267,6 +273,7 @@ def test_sloctl_reads_the_real_service_and_its_rules_select_the_series_it_measur
         )
     try:
         wait_ready(f"http://127.0.0.1:{port}", process)
+        wait_attainment(f"http://127.0.0.1:{port}", token, next(iter(routes)))
         monkeypatch.setenv("SLO_API_URL", f"http://127.0.0.1:{port}")
         monkeypatch.setenv("SLO_API_TOKEN", token)
 
