@@ -327,15 +327,16 @@ class Feed:
             else:
                 return sent
             sent += count
-            pump = Pump(write(chunk), self._written)
+            pump = Pump.start(write(chunk), self._written)
+            if pump is None:
+                stream.written = upto
+                continue
             if pump.error is not None:
                 _fail(finished, pump.error)
-                return sent
-            if not pump.finished:
+            else:
                 stream.pump, stream.writing_upto = pump, upto
                 self._waiting[pump] = stream
-                return sent
-            stream.written = upto
+            return sent
 
     async def _asked_everywhere(self, stream: Stream) -> bool:
         """Before an initial state: a namespace that gained its first CR since the stream's
