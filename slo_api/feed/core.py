@@ -312,7 +312,8 @@ class Feed:
             if self.closing or stream.ended is not None or stream.retired:
                 finished.set_result(None)  # ended: its task writes the last line
                 return sent
-            if stream.cursor < changelog.seq:
+            seq = changelog.seq
+            if stream.cursor < seq:
                 if stream.places != self.index.places_version and not self._places_known(stream):
                     return sent  # held back until its access there is known
                 chunk, count, upto = flusher.batch(stream)
@@ -330,6 +331,8 @@ class Feed:
             pump = Pump.start(write(chunk), self._written)
             if pump is None:
                 stream.written = upto
+                if upto == seq and stream.bookmarks == flusher.round:
+                    return sent  # level with the log (the usual case): nothing more to look at
                 continue
             if pump.error is not None:
                 _fail(finished, pump.error)
