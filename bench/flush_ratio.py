@@ -245,13 +245,83 @@ async def through_asgi(streams: int, reps: int) -> tuple[list[float], bytes]:
         await serving
 
 
+class BareApp:
+    """An ASGI app with no framework: each request starts a chunked response and keeps its
+    `send`; `flush` steps one body message through each (no task, as the feed does)."""
+
+    def __init__(self) -> None:
+        self.sends: list[Callable[[Any], Any]] = []
+        self.over = asyncio.get_running_loop().create_future()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b'"initial":true\n', "more_body": True})
+        self.sends.append(send)
+        await self.over
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def flush(self, chunk: bytes) -> None:
+        for send in self.sends:
+            write = send({"type": "http.response.body", "body": chunk, "more_body": True})
+            try:
+                write.send(None)
+            except StopIteration:
+                continue
+            raise RuntimeError("a loopback client's socket was full")
+
+
+async def uvicorn_alone(streams: int, event: bytes, reps: int) -> list[float]:
+    """Microseconds per stream of each flush of `event` through uvicorn's own `send`, from an
+    app with no framework and no middleware: what uvicorn alone costs above the floor."""
+    app = BareApp()
+    port = free_port()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        http="httptools",
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        backlog=4096,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    readers: list[Reader] = []
+    per_stream: list[float] = []
+    try:
+        await _until(lambda: server.started)
+        readers = await _connect(port, streams, b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
+        with _quiet_gc():
+            for _ in range(reps):
+                before = [r.received for r in readers]
+                began = clock()
+                app.flush(event)
+                per_stream.append((clock() - began) / 1000 / streams)
+                await _all_read(readers, [b + len(event) for b in before])
+    finally:
+        app.over.set_result(None)
+        for reader in readers:
+            if reader.transport is not None:
+                reader.transport.close()
+        server.should_exit = True
+        await serving
+    return per_stream
+
+
 async def measure(streams: int, reps: int) -> dict[str, Any]:
     asgi, event = await through_asgi(streams, reps)
     first = await floor(streams, event, reps // 2)
+    alone = await uvicorn_alone(streams, event, reps)
     second = await floor(streams, event, reps - reps // 2)
     bare = first + second
     ratio = statistics.median(asgi) / statistics.median(bare)
     return {
+        # Context: uvicorn's `send` with nothing around it, against the same floor.
+        "uvicorn_alone_us_per_stream": statistics.median(alone),
+        "uvicorn_alone_ratio": statistics.median(alone) / statistics.median(bare),
         "streams": streams,
         "reps": reps,
         "event_bytes": len(event),
@@ -277,7 +347,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 def run(counts: list[int], reps: int) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    needed = 2 * max(counts) + 100
+    needed = 2 * max(counts) + 100  # one server at a time: its sockets and its clients
     if hard < needed:
         raise SystemExit(f"{max(counts)} streams need {needed} open files; the limit is {hard}")
     factory = _loop_factory()

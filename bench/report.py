@@ -171,6 +171,20 @@ def _flush_rows(f: dict[str, Any] | None, row: Any) -> None:
             _met(r["met"]),
             "",
         )
+        if "uvicorn_alone_us_per_stream" in r:
+            row(
+                f"the same flush to {int(count):,} streams through uvicorn alone: an ASGI app "
+                "with no framework and no middleware stepping each stream's `send` once, "
+                "against the same floor (what no app on uvicorn can go below)",
+                f"{r['uvicorn_alone_us_per_stream']:.1f} us a stream",
+                "",
+                f"{r['floor_us_per_stream']:.1f} us a stream, bare write",
+                "",
+                f"{r['uvicorn_alone_ratio']:.2f}x",
+                "context",
+                "",
+                "",
+            )
 
 
 # The longest turn of the event loop a relist of every route may take.
@@ -677,17 +691,24 @@ least any server could do is the **flush in-process** row (`python -m bench --on
 control plane): in one process, the same change's bytes to the same number of loopback
 sockets through slo-api's app under uvicorn, and with a bare asyncio `transport.write` per
 socket, both timed on the loop thread's CPU; the goal is at most 2.0x, and it is not met.
-Where the rest goes (1,000 streams, 2026-12-02 05:37 UTC, load 2.6, the same run): the bare
-write 3.2 us a stream; a stream served by uvicorn with no framework around it (the feed's
-`WatchResponse` as the whole ASGI app) 8.2-9.6 us; slo-api's app 11.7-11.9 us. So about 5 us
-a stream is uvicorn's `send` (its checks and the chunk framing, a copy per stream) and the
-feed's own pass (the batch looked up, the send's coroutine stepped), and about 3 us the four
-layers around every `send` (Starlette's error middleware and two exception wrappers,
-slo-api's request middleware). On loopback the write itself also runs the receiving side's
-TCP and wakes the client (a real network leaves that to the client's machine), and that is in
-both. A flush is written 500 streams a turn, and the
-next one waits until flushing takes at most a tenth of the loop thread's CPU (0.5 s at most),
-so with 5,000 streams changes come in fewer, larger writes.
+The row below each is uvicorn alone: an app with no framework stepping each stream's `send`
+once, in a process holding nothing else, what no app on uvicorn can go below. Inside
+slo-api's process each part of a stream's time was timed apart (1,000 streams, 2026-12-02
+05:55-06:05 UTC, load 0.5-1.9): the bare write 2.3-3.0 us; uvicorn's `send` 1.7-2.1 us more
+(its checks, the chunk's framing, a copy of the bytes per stream); Starlette's three wrappers
+of `send` (its error middleware and two exception wrappers, a coroutine each) 1.9-2.1 us
+more; the feed's pass (the stream's state, the shared batch looked up, the write's coroutine
+stepped) about 1.5 us more. Those costs are mostly memory, not instructions: the same
+wrappers cost a tenth as much in a loop over one stream, uvicorn's `send` costs less in a
+process that holds nothing else (the uvicorn-alone row), and walking the streams in hash
+order instead of the order they opened cost 1-1.7 us a stream more (they are walked in that
+order now). slo-api's request middleware adds no coroutine to a body message, and a write
+that finishes at once costs the feed no object; what is left above the floor is mostly
+uvicorn's and Starlette's, which slo-api keeps every stream's bytes going through. On
+loopback the write itself also runs the receiving side's TCP and wakes the client (a real
+network leaves that to the client's machine), and that is in both. A flush is written 500
+streams a turn, and the next one waits until flushing takes at most a tenth of the loop
+thread's CPU (0.5 s at most), so with 5,000 streams changes come in fewer, larger writes.
 The **fan-out** rows are end to end and kept as figures, not gates: on these two cores the
 watchers, the load generator, the bench's API server and etcd share the CPU with slo-api, and
 the spread between runs is wider than what separates a goal met from one missed (four runs on

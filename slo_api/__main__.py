@@ -117,11 +117,17 @@ def main() -> int:
 
 
 def make_server(app: FastAPI, settings: Settings) -> Server:
-    # loop and http stay "auto": uvicorn picks uvloop and httptools when they are installed.
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
+        # uvloop, not "auto" (which falls back to asyncio's loop when uvloop is missing): a
+        # client that resets its connection with a request pipelined behind its watch is told
+        # to no request by uvicorn (it marks only the newest one); uvloop fails the stream's
+        # next write, while asyncio's loop drops writes to a lost connection without a word,
+        # and such a stream would last until its lifetime. uvloop comes with uvicorn[standard].
+        # http stays "auto": httptools when installed.
+        loop="uvloop",
         log_config=None,
         access_log=False,
         proxy_headers=True,

@@ -244,7 +244,7 @@ class KindWatch:
         # Informer.run handles what a list or watch can raise; this catches the rest (a bug
         # in a handler, say), so nothing ends a group's watch for good.
         task = supervise(
-            f"the watch of {informer._name}",
+            f"the watch of {informer.name}",
             informer.run,
             on_failure=failed,
             pause=self.recovery.pause,

@@ -164,8 +164,9 @@ class Informer:
         # A 410 relists at once; one straight after that relist backs off (no hot loop).
         self._relisted_at_once = False
         self._plural = self.resource.plural
-        # How logs name what this loop watches: `plural.group`, as kubectl does.
-        self._name = f"{self.resource.plural}.{self.group}" + (
+        # How logs name what this loop watches (its own and its owner's): `plural.group`, as
+        # kubectl does, and the namespace when it watches one.
+        self.name = f"{self.resource.plural}.{self.group}" + (
             f" in {namespace}" if namespace else ""
         )
 
@@ -188,7 +189,7 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except _CrdGone:
-                log.warning("%s: the CRD is no longer served; its routes are gone", self._name)
+                log.warning("%s: the CRD is no longer served; its routes are gone", self.name)
                 self._absent()
                 await _sleep(self.loops.crd_recheck_seconds)
             except _Relist as exc:
@@ -200,19 +201,19 @@ class Informer:
                 if exc.reason == "expired" and not self._relisted_at_once:
                     # The API server answered: it is there, so relist now, not after the
                     # backoff an outage grew (a restarted API server answers 410).
-                    log.info("%s: relisting at once (%s)", self._name, exc)
+                    log.info("%s: relisting at once (%s)", self.name, exc)
                     self.backoff.reset()
                     self._relisted_at_once = True
                     continue
                 delay = self.backoff.next()
-                log.info("%s: relisting in %.1fs (%s)", self._name, delay, exc)
+                log.info("%s: relisting in %.1fs (%s)", self.name, delay, exc)
                 await self._pause(delay)
             except KubeError as exc:
                 self.current = False
                 self.metrics.watch_restarts.labels(self.kind.name, "error").inc()
                 delay = exc.retry_after or self.backoff.next()
                 log_failure(
-                    log, exc, f"the list/watch of {self._name}", ROLE, f"; retrying in {delay:.1f}s"
+                    log, exc, f"the list/watch of {self.name}", ROLE, f"; retrying in {delay:.1f}s"
                 )
                 if exc.retry_after:
                     await _sleep(delay)  # the API server said how long: no probe needed
@@ -222,7 +223,7 @@ class Informer:
                 self.current = False
                 delay = self.backoff.next()
                 self.metrics.task_failures.labels(self.kind.name, "informer").inc()
-                log.exception("%s: unexpected failure; relisting in %.1fs", self._name, delay)
+                log.exception("%s: unexpected failure; relisting in %.1fs", self.name, delay)
                 await self._pause(delay)
 
     def _server_timeout(self) -> int:
@@ -265,7 +266,7 @@ class Informer:
                     # for a while, then try again (it may be upgraded; one 400 may be chance).
                     log.info(
                         "%s: lists are not streamed here (%s); paging for %gs",
-                        self._name,
+                        self.name,
                         exc,
                         STREAM_RETRY_SECONDS,
                     )
@@ -277,7 +278,7 @@ class Informer:
                     log.warning(
                         "%s: CRD not served; indexing the kind as empty and looking again "
                         "every %gs",
-                        self._name,
+                        self.name,
                         self.loops.crd_recheck_seconds,
                     )
                 self._absent()
@@ -353,7 +354,7 @@ class Informer:
         await self.index.replace_in_turns(self._plural, items, self.group, self.namespace)
         self.metrics.relists.labels(self.kind.name).inc()
         if not self.present:
-            log.info("%s: listed %d objects", self._name, len(items))
+            log.info("%s: listed %d objects", self.name, len(items))
         self.present = True
         self.synced = True
         self.last_event = time.monotonic()
@@ -389,14 +390,14 @@ class Informer:
             except KubeTimeout as exc:
                 if opened:
                     # The watch went silent (a dead connection): reconnect at once.
-                    log.warning("%s: %s; reconnecting", self._name, exc.message)
+                    log.warning("%s: %s; reconnecting", self.name, exc.message)
                     self.metrics.watch_restarts.labels(self.kind.name, "inactive").inc()
                     continue
                 # Not even accepted in time: an API server that takes connections and never
                 # answers must not get a new watch every timeout, for ever.
                 self.current = False
                 delay = self.backoff.next()
-                log.warning("%s: %s; retrying in %.1fs", self._name, exc.message, delay)
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc.message, delay)
                 self.metrics.watch_restarts.labels(self.kind.name, "timeout").inc()
                 await self._pause(delay)
                 continue
@@ -405,7 +406,7 @@ class Informer:
                 # about the index: like client-go, resume from the last resourceVersion. The
                 # server replays what was missed, or answers 410 and we relist.
                 log.warning(
-                    "%s: watch lost (%s); resuming from %s", self._name, exc, resource_version
+                    "%s: watch lost (%s); resuming from %s", self.name, exc, resource_version
                 )
                 ended = "unavailable"
             except KubeError as exc:
@@ -421,7 +422,7 @@ class Informer:
                     await _sleep(delay)
                     continue
                 if exc.rbac:
-                    log_failure(log, exc, f"the watch of {self._name}", ROLE)
+                    log_failure(log, exc, f"the watch of {self.name}", ROLE)
                 raise _Relist("relist", str(exc)) from None
             else:
                 ended = "closed"

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -57,17 +58,18 @@ class RequestMiddleware:
         if tracer is not None and tracing.traced(scope["path"], scope["query_string"]):
             span, span_token = tracer.start_request(scope["method"], headers)
 
-        async def send_with_id(message: Message) -> None:
+        # Not a coroutine of its own: a body message (a change stream's write, thousands per
+        # flush) goes on as the server's own `send` awaitable, with no frame added here.
+        def send_with_id(message: Message) -> Awaitable[None]:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message.setdefault("headers", [])
                 message["headers"] = [
-                    *message["headers"],
+                    *message.get("headers", ()),
                     (b"x-request-id", rid.encode()),
                     _NOSNIFF,
                 ]
-            await send(message)
+            return send(message)
 
         try:
             declared = headers.get(b"content-length")

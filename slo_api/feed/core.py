@@ -312,7 +312,8 @@ class Feed:
             if self.closing or stream.ended is not None or stream.retired:
                 finished.set_result(None)  # ended: its task writes the last line
                 return sent
-            if stream.cursor < changelog.seq:
+            seq = changelog.seq
+            if stream.cursor < seq:
                 if stream.places != self.index.places_version and not self._places_known(stream):
                     return sent  # held back until its access there is known
                 chunk, count, upto = flusher.batch(stream)
@@ -327,15 +328,18 @@ class Feed:
             else:
                 return sent
             sent += count
-            pump = Pump(write(chunk), self._written)
+            pump = Pump.start(write(chunk), self._written)
+            if pump is None:
+                stream.written = upto
+                if upto == seq and stream.bookmarks == flusher.round:
+                    return sent  # level with the log (the usual case): nothing more to look at
+                continue
             if pump.error is not None:
                 _fail(finished, pump.error)
-                return sent
-            if not pump.finished:
+            else:
                 stream.pump, stream.writing_upto = pump, upto
                 self._waiting[pump] = stream
-                return sent
-            stream.written = upto
+            return sent
 
     async def _asked_everywhere(self, stream: Stream) -> bool:
         """Before an initial state: a namespace that gained its first CR since the stream's

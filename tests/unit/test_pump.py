@@ -14,9 +14,7 @@ async def test_a_write_that_need_not_wait_is_done_at_once() -> None:
     async def write(chunk: bytes) -> None:
         out.append(chunk)
 
-    pump = Pump(write(b"a"), done.append)
-    assert pump.finished
-    assert pump.error is None
+    assert Pump.start(write(b"a"), done.append) is None
     assert out == [b"a"]
     assert done == []  # only a write that waited is told about
 
@@ -31,7 +29,8 @@ async def test_a_write_that_waits_goes_on_when_what_it_waits_for_is_done() -> No
         await gate.wait()
         out.append(chunk)
 
-    pump = Pump(write(b"a"), done.append)
+    pump = Pump.start(write(b"a"), done.append)
+    assert pump is not None
     assert not pump.finished
     for _ in range(3):
         await asyncio.sleep(0)
@@ -50,7 +49,8 @@ async def test_a_failed_write_says_why_and_an_abandoned_one_is_closed() -> None:
     async def broken(chunk: bytes) -> None:
         raise ConnectionResetError("gone")
 
-    failed = Pump(broken(b"a"), lambda p: None)
+    failed = Pump.start(broken(b"a"), lambda p: None)
+    assert failed is not None
     assert failed.finished
     assert isinstance(failed.error, ConnectionResetError)
 
@@ -63,8 +63,26 @@ async def test_a_failed_write_says_why_and_an_abandoned_one_is_closed() -> None:
         finally:
             closed.append(True)
 
-    pump = Pump(stuck(b"a"), done.append)
+    pump = Pump.start(stuck(b"a"), done.append)
+    assert pump is not None
     pump.abandon()
     assert closed == [True]
     await asyncio.sleep(0)
     assert done == []
+
+
+async def test_an_awaitable_that_is_not_a_coroutine_is_stepped_through_its_await() -> None:
+    done: list[Pump] = []
+    ready = asyncio.get_running_loop().create_future()
+    ready.set_result(None)
+    assert Pump.start(ready, done.append) is None
+
+    later = asyncio.get_running_loop().create_future()
+    pump = Pump.start(later, done.append)
+    assert pump is not None
+    assert not pump.finished
+    later.set_result(None)
+    await asyncio.sleep(0)
+    assert done == [pump]
+    assert pump.finished
+    assert pump.error is None

@@ -25,6 +25,9 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane.server import free_port
+from slo_api import __main__ as entry
+from slo_api.app import create_app
+from slo_api.settings import Settings
 from tests.unit.conftest import TOKEN, Started, llm_cr, until
 from tests.unit.fakes import FakeKube
 
@@ -349,6 +352,51 @@ def test_a_watch_with_a_request_pipelined_behind_it_ends_when_its_client_resets(
     if loop == "uvloop":
         gone = [r for r in caplog.records if "client is gone" in r.getMessage()]
         assert [r.levelno for r in gone] == [logging.INFO]
+
+
+async def test_slo_apis_own_server_runs_on_uvloop_where_a_reset_behind_a_pipelined_request_ends_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The server `slo-api` runs (its entry point's), in a thread with the loop it picks; the
+    # stream's lifetime is an hour, so only the failed write can end it here.
+    caplog.set_level(logging.INFO, logger="slo_api.api")
+    kube = FakeKube({"llmslorequirements": [llm_cr("a", "first")]})
+
+    async def factory(settings: Settings, metrics: Any) -> FakeKube:
+        return kube
+
+    settings = Settings(
+        slo_api_token=TOKEN,
+        host="127.0.0.1",
+        port=free_port(),
+        max_watchers=1,
+        watch_bookmark_seconds=0.2,
+        watch_lifetime_seconds=3600,
+        shutdown_grace_seconds=0,
+    )
+    app = create_app(settings, kube_factory=factory)  # type: ignore[arg-type]
+    server = entry.make_server(app, settings)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        await until(lambda: server.started, "listening")
+        feed = app.state.runtime.feed
+        client = await ChunkedReader.open(
+            settings.port, pipelined=b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        )
+        await client.until(initial)
+        await until(lambda: all(s.write is not None for s in feed.streams), "caught up")
+        [stream] = feed.streams
+        assert stream.task is not None
+        assert isinstance(stream.task.get_loop(), uvloop.Loop)
+        client.reset()
+        await until(lambda: not feed.streams, "the watch ended")
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join)
+    assert errors_logged(caplog) == []
+    gone = [r for r in caplog.records if "client is gone" in r.getMessage()]
+    assert [r.levelno for r in gone] == [logging.INFO]
 
 
 async def test_a_watch_asking_for_gzip_through_a_gzip_middleware_reads_each_flush_as_it_comes(
