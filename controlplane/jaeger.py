@@ -7,14 +7,13 @@ are kept in memory and go with the process.
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from controlplane.binaries import ensure_jaeger
+from controlplane.daemon import Daemon
 from controlplane.server import free_port
 
 # Only what the tests and the demo use: the OTLP/HTTP receiver, in-memory storage and the
@@ -59,12 +58,11 @@ exporters:
 """
 
 
-class Jaeger:
+class Jaeger(Daemon):
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+        super().__init__("jaeger", workdir)
         self.otlp_port = free_port()
         self.query_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def otlp_endpoint(self) -> str:
@@ -87,43 +85,9 @@ class Jaeger:
                 query_grpc_port=free_port(),
             )
         )
-        log = (self.workdir / "jaeger.log").open("wb")
-        self.proc = subprocess.Popen(
-            [str(binary), "--config", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2) as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"jaeger exited: {self.log_text()[-2000:]}")
-                try:
-                    if http.get(f"{self.query_url}/api/services").status_code == 200:
-                        # The query API is up; the receiver starts before it in the pipeline.
-                        return self
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"jaeger not ready in {timeout:g}s: {self.log_text()}")
-                time.sleep(0.1)
-
-    def log_text(self) -> str:
-        path = self.workdir / "jaeger.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        # The query API answers once it is up; the receiver starts before it in the pipeline.
+        self.run([str(binary), "--config", str(config)], f"{self.query_url}/api/services", timeout)
+        return self
 
     # -- the query API -------------------------------------------------------------------
 

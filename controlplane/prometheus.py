@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-
-from controlplane.server import die_with_parent, free_port
+from controlplane.daemon import Daemon
+from controlplane.server import free_port
 
 RETENTION = "3650d"
 
@@ -27,13 +25,12 @@ def binary(name: str) -> str:
     return found
 
 
-class Prometheus:
+class Prometheus(Daemon):
     def __init__(self, workdir: Path, scrape_config: str = "") -> None:
-        self.workdir = workdir
+        super().__init__("prometheus", workdir)
         self.storage = workdir / "data"
         self.port = free_port()
         self.scrape_config = scrape_config
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -65,8 +62,7 @@ class Prometheus:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 15s\n" + self.scrape_config)
-        log = (self.workdir / "prometheus.log").open("wb")
-        self.proc = subprocess.Popen(
+        self.run(
             [
                 binary("prometheus"),
                 f"--config.file={config}",
@@ -74,37 +70,7 @@ class Prometheus:
                 f"--storage.tsdb.retention.time={RETENTION}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
+            f"{self.url}/-/ready",
+            timeout,
         )
-        log.close()
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2) as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"prometheus exited: {self.log_text()[-2000:]}")
-                try:
-                    if http.get(f"{self.url}/-/ready").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"prometheus not ready in {timeout:g}s: {self.log_text()}")
-                time.sleep(0.1)
-
-    def log_text(self) -> str:
-        path = self.workdir / "prometheus.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        return self
