@@ -152,12 +152,17 @@ async def test_a_silently_dead_connection_heals_by_the_inactivity_timeout(
     ) as service:
 
         def watching() -> bool:
-            # A streamed list is a watch request too: the three watches after the lists.
+            # A streamed list is a watch request too: a watch after each list, of the three
+            # kinds and of what the guardrails read (namespaces; SLOLimits where served).
+            informers = [*service.runtime.informers, *service.runtime.limit_informers]
+            if not all(i.synced for i in informers):
+                return False
+            opened = 3 + sum(i.present for i in service.runtime.limit_informers)
             watches = sample(service, "slo_api_upstream_requests_total", verb="watch", code="200")
             paged = sample(service, "slo_api_upstream_requests_total", verb="list", code="200")
-            return watches >= 3 + max(0.0, 3 - paged)
+            return watches >= opened + max(0.0, opened - paged)
 
-        await service.eventually(watching, what="three watches open")
+        await service.eventually(watching, what="every watch open")
         before = sample(service, "slo_api_watch_restarts_total", kind="llm", reason="inactive")
         # Every open connection (the three watches among them) now goes silent without closing,
         # as when a NAT or load balancer drops a flow; only new connections get through.
