@@ -154,8 +154,9 @@ async def test_a_silently_dead_connection_heals_by_the_inactivity_timeout(
         def watching() -> bool:
             # A streamed list is a watch request too: a watch after each list, of the three
             # kinds and of what the guardrails read (namespaces; SLOLimits where served).
-            informers = [*service.runtime.informers, *service.runtime.limit_informers]
-            if not all(i.synced for i in informers):
+            if not all(i.synced for i in service.runtime.informers):
+                return False
+            if not all(i.synced for i in service.runtime.limit_informers):
                 return False
             opened = 3 + sum(i.present for i in service.runtime.limit_informers)
             watches = sample(service, "slo_api_upstream_requests_total", verb="watch", code="200")
