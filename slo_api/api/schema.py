@@ -170,6 +170,36 @@ class Selectors(BaseModel):
     otps: str
 
 
+class AlertBucket(BaseModel):
+    le: float = Field(description="The bucket bound good requests are counted at")
+    exact: bool = Field(description="false: the threshold lies above it, between two bounds")
+
+
+class AlertArm(BaseModel):
+    severity: str = Field(json_schema_extra={"enum": ["page", "ticket"]})
+    long: str
+    short: str
+    burnRate: float = Field(description="Fires when both windows burn above it")
+    budgetShare: float = Field(
+        description="The share of the 28-day error budget that burn spends over `long`"
+    )
+    capped: bool = Field(
+        description="Lowered from the workbook's factor so the arm can fire: it needs at most "
+        "half of the requests to miss the threshold"
+    )
+
+
+class Alerting(BaseModel):
+    """What the alerts of one percentile target count and fire on (`sloctl rules`)."""
+
+    metric: str = Field(json_schema_extra={"enum": ["ttft", "otps"]})
+    type: str
+    threshold: float
+    objective: float
+    bucket: AlertBucket | None = Field(description="null: no bucket bound lies at or below it")
+    arms: list[AlertArm]
+
+
 class Attainment(BaseModel):
     """Is the route meeting its SLO (see docs/api.md, Attainment)."""
 
@@ -180,6 +210,9 @@ class Attainment(BaseModel):
     selectors: Selectors | None = Field(description="null for job and pool routes")
     objectives: list[AttainmentObjective]
     unmeasured: list[Unmeasured]
+    alerting: list[Alerting] = Field(
+        description="Each percentile target of ttft/otps defaults, figures or not (LLM routes)"
+    )
 
 
 class AttainmentPage(BaseModel):

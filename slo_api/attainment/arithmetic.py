@@ -4,7 +4,8 @@ A histogram is its cumulative buckets, `(upper bound, observations at or below i
 bound and ending with `+Inf`, as Prometheus's `_bucket{le}` series give them, plus `_sum`. The
 rules are the SRE workbook's (chapter 5): an objective "pXX within T" is "XX% of requests
 within T", its error budget `1 - XX/100`, a burn rate `(1 - good ratio) / (1 - XX/100)`, and a
-route is at risk by the page rules of multiwindow, multi-burn-rate alerting.
+route is at risk by the page arms of multiwindow, multi-burn-rate alerting. Those arms (`ARMS`,
+`alerting`) are the one place `sloctl rules` takes its alerts from too.
 """
 
 from __future__ import annotations
@@ -20,12 +21,49 @@ LatencyMetric = Literal["ttft", "otps"]
 
 # The windows burn rates are over, whatever the window asked for.
 BURN_WINDOWS = ("5m", "30m", "1h", "6h")
-# The page rules: (long, short, factor) -- both windows above the factor.
-PAGE_RULES = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
+# The SLO window an error budget is spent over (the answers' default window).
+SLO_WINDOW = "28d"
+HOURS = {"5m": 5 / 60, "30m": 0.5, "1h": 1.0, "6h": 6.0, "3d": 72.0, "28d": 672.0}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a multiwindow alert: both windows burn above the factor that spends
+    `budget_share` of the SLO window's budget over `long`."""
+
+    severity: Literal["page", "ticket"]
+    long: str
+    short: str
+    budget_share: float
+
+
+# The SRE workbook's arms by the budget share each spends (its 14.4, 6 and 1 are these shares
+# for a 30-day window): the factors follow from SLO_WINDOW (13.44, 5.6 and 0.933 for 28 days).
+ARMS = (
+    Arm("page", "1h", "5m", 0.02),
+    Arm("page", "6h", "30m", 0.05),
+    Arm("ticket", "3d", "6h", 0.10),
+)
+# A burn rate cannot exceed 1 / (1 - objective) (2 for p50): a factor above it never fires.
+# No arm asks more than this share of requests to miss the threshold; for p50 that is the
+# percentile itself over target over both windows.
+MAX_ERROR_RATIO = 0.5
 # A threshold this close (relative) to a bucket bound is that bound: 0.1 written as 0.1000000001
 # must not turn an exact count into an estimate.
 SAME_BOUND = 1e-9
 PERCENTILES = {"p50": 0.5, "p80": 0.8, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+# vLLM's bucket bounds (vllm/v1/metrics/loggers.py), in seconds: the bucket an objective is
+# counted at in PromQL (`sloctl rules`) is one of these.
+BOUNDS: dict[LatencyMetric, tuple[float, ...]] = {
+    "ttft": (
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    ),
+    "otps": (
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0,
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -94,12 +132,77 @@ def burn_rate(good_ratio: float | None, objective: float) -> float | None:
     return (1 - good_ratio) / (1 - objective)
 
 
-def at_risk(burn_rates: Mapping[str, float | None]) -> bool:
+def workbook_factor(arm: Arm) -> float:
+    return round(arm.budget_share * HOURS[SLO_WINDOW] / HOURS[arm.long], 6)
+
+
+def burn_factor(arm: Arm, objective: float) -> float:
+    """The burn rate above which `arm` fires for `objective`: the workbook's for the SLO
+    window, capped where it would need more than MAX_ERROR_RATIO of requests to miss."""
+    return min(workbook_factor(arm), round(MAX_ERROR_RATIO / (1 - objective), 6))
+
+
+def arms(objective: float) -> list[Obj]:
+    """The arms of an objective's alerts, with the burn rate each fires above and the share
+    of the SLO window's budget that burn spends over its long window."""
+    out = []
+    for arm in ARMS:
+        factor = burn_factor(arm, objective)
+        out.append(
+            {
+                "severity": arm.severity,
+                "long": arm.long,
+                "short": arm.short,
+                "burnRate": factor,
+                "budgetShare": round(factor * HOURS[arm.long] / HOURS[SLO_WINDOW], 6),
+                "capped": factor < workbook_factor(arm),
+            }
+        )
+    return out
+
+
+def at_risk(burn_rates: Mapping[str, float | None], objective: float) -> bool:
+    """Whether a page arm fires: both its windows burn above its factor."""
+
     def above(window: str, factor: float) -> bool:
         rate = burn_rates.get(window)
         return rate is not None and rate > factor
 
-    return any(above(long, f) and above(short, f) for long, short, f in PAGE_RULES)
+    return any(
+        above(arm.long, f) and above(arm.short, f)
+        for arm in ARMS
+        if arm.severity == "page"
+        for f in (burn_factor(arm, objective),)
+    )
+
+
+def counted_bound(metric: LatencyMetric, threshold: float) -> tuple[float, bool] | None:
+    """The bucket bound an objective is counted at in PromQL, and whether it is the
+    threshold itself: the bound at or below the threshold (conservative: no request slower
+    than it counts as good). None when no bound lies at or below it."""
+    limit = threshold if metric == "ttft" else (1 / threshold if threshold > 0 else math.inf)
+    bounds = BOUNDS[metric]
+    for bound in bounds:
+        if same_bound(limit, bound):
+            return bound, True
+    below = [b for b in bounds if b < limit]
+    return (below[-1], False) if below and not math.isinf(limit) else None
+
+
+def alerting(metric: LatencyMetric, type_: str, threshold: float) -> Obj | None:
+    """What alerts on a percentile objective use: its bucket and its arms (None for `avg`)."""
+    q = PERCENTILES.get(type_)
+    if q is None:
+        return None
+    counted = counted_bound(metric, threshold)
+    return {
+        "metric": metric,
+        "type": type_,
+        "threshold": threshold,
+        "objective": q,
+        "bucket": None if counted is None else {"le": counted[0], "exact": counted[1]},
+        "arms": arms(q),
+    }
 
 
 def latency_objective(
@@ -153,7 +256,7 @@ def latency_objective(
     )
     if good < q:
         answer["status"] = "violated"
-    elif at_risk(rates):
+    elif at_risk(rates, q):
         answer["status"] = "at_risk"
     else:
         answer["status"] = "met"

@@ -26,6 +26,7 @@ from slo_api.attainment.arithmetic import (
     PERCENTILES,
     Histogram,
     LatencyMetric,
+    alerting,
     latency_objective,
     lowest_budget,
     queue_objective,
@@ -380,11 +381,13 @@ class Attainment:
         objectives: list[Obj] = []
         unmeasured: list[Obj] = []
         shown: dict[str, str] | None = None
+        alerts: list[Obj] = []
         spec = obj.get("spec") or {}
         if kind == "llm":
             selector = selector_of(obj, self.labels)
             shown = selector.shown()
             unmeasured = _unmeasured_ranges(spec)
+            alerts = _alerting(spec)
             if selector.problem is not None and source["status"] != "not_configured":
                 source = {**source, "status": "unavailable", "reason": selector.problem}
             elif self.snapshot is not None and selector.problem is None:
@@ -422,6 +425,7 @@ class Attainment:
             "selectors": shown,
             "objectives": objectives,
             "unmeasured": unmeasured,
+            "alerting": alerts,
         }
 
     def _latency(self, selector: Selector, spec: Obj, window: str) -> list[Obj]:
@@ -601,6 +605,21 @@ class Attainment:
                 # the next builds it again.
                 self._orders[order_key] = order
         return order
+
+
+def _alerting(spec: Obj) -> list[Obj]:
+    """Each percentile target's bucket and alert arms: from the targets alone, so alerts can
+    be made whether or not Prometheus answers."""
+    out = []
+    metrics: tuple[LatencyMetric, ...] = ("ttft", "otps")
+    for metric in metrics:
+        for m in ((spec.get(metric) or {}).get("default") or {}).get("metrics") or []:
+            type_, threshold = m.get("type"), m.get("threshold")
+            if isinstance(type_, str) and isinstance(threshold, int | float):
+                entry = alerting(metric, type_, threshold)
+                if entry is not None:
+                    out.append(entry)
+    return out
 
 
 def _unmeasured_ranges(spec: Obj) -> list[Obj]:

@@ -231,13 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
         "routes you may read",
         commands.cmd_rules,
         "For each percentile objective of a route's ttft/otps defaults: the error ratio over\n"
-        "5m, 30m, 1h, 6h and 3d (slo:sli_error:ratio_rate<w>) from vLLM's histograms, and two\n"
-        "alerts labelled route, metric, type: SLOErrorBudgetBurnFast (severity page: burn rate\n"
-        "above 14.4 over 1h and 5m, or above 6 over 6h and 30m) and SLOErrorBudgetBurnSlow\n"
-        "(ticket: above 1 over 3d and 6h). The series of a route are the ones slo-api names\n"
-        "(its selectors). A threshold between bucket bounds is counted at the bound below it\n"
-        "(conservative; each alert's threshold_bucket annotation says so). Averages and job\n"
-        "routes have no error budget and get no rules (named on stderr).\n"
+        "5m, 30m, 1h, 6h and 3d (slo:sli_error:ratio_rate<w>) from vLLM's histograms, and alerts\n"
+        "labelled route, metric, type, threshold: SLOErrorBudgetBurnFast (severity page: burn\n"
+        "rate above 13.44 over 1h and 5m, or above 5.6 over 6h and 30m, for a 28-day budget;\n"
+        "capped where more than half the requests would have to miss), SLOErrorBudgetBurnSlow\n"
+        "(ticket: above 0.933 over 3d and 6h) and SLOThresholdBucketMissing (ticket: the bucket\n"
+        "counted at has no series). The bucket, the arms and the series of a route are the ones\n"
+        "slo-api names (its attainment's alerting and selectors). A threshold between bucket\n"
+        "bounds is counted at the bound below it (conservative; each alert's threshold_bucket\n"
+        "annotation says so). Averages and job routes have no error budget and get no rules\n"
+        "(named on stderr), and stderr names any arm that cannot fire.\n"
         "  sloctl rules > slo-rules.yaml && kubectl apply -f slo-rules.yaml",
     )
     rules_parser.add_argument(

@@ -93,10 +93,6 @@ class SloClient:
         """Every route summary, walking the pages until `total` items are read."""
         return self._routes_pages("/config", {"kind": kind} if kind else {}, "/config")
 
-    def full_routes(self) -> list[Body]:
-        """Every visible route's whole body (`GET /config?view=full`)."""
-        return self._routes_pages("/config", {"view": "full"}, "/config?view=full")
-
     def attainment(self, route: str, window: str | None = None) -> Body:
         """Whether one route meets its objectives (`GET /routes/{route}/attainment`)."""
         params: dict[str, str | int] = {"window": window} if window else {}

@@ -377,9 +377,11 @@ def cmd_attainment(client: SloClient, args: argparse.Namespace) -> int:
 
 
 def cmd_rules(client: SloClient, args: argparse.Namespace) -> int:
-    found, skipped = rules.objectives(client.full_routes(), client.attainment_list())
+    found, skipped, warnings = rules.objectives(client.attainment_list())
     for reason in skipped:
         warn(f"no rules for {reason}")
+    for warning in warnings:
+        warn(warning)
     if not found:
         warn("no percentile objective to make rules for")
     document = rules.prometheus_rule(found, args.name, args.namespace)

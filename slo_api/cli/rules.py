@@ -1,68 +1,52 @@
 """`sloctl rules`: a PrometheusRule recording each route's error ratios and alerting on burn.
 
-Built from what the server says of each route: its percentile targets (`GET /config?view=full`;
-`pXX` is the objective XX/100) and, in the attainment listing's `selectors`, the vector
-selector of its vLLM series (`name{matchers}`), so the rule of which series belong to a route
-lives in one place (the server). Only percentile
-objectives have an error budget: `avg` objectives and job routes get no rules (slo-api's
-attainment shows them).
+Built from what the server says of each route in its attainment listing: each percentile
+target's bucket bound and alert arms (`alerting`: the server's at_risk uses the same arms), and
+the vector selector of its vLLM series (`selectors`), so neither the bucket, nor the burn-rate
+factors, nor which series belong to a route has a second copy here. Only percentile objectives
+have an error budget: `avg` objectives and job routes get no rules (slo-api's attainment shows
+them).
 
 Names follow Sloth's (`slo:sli_error:ratio_rate<window>`), each series labelled `route`,
-`metric` and `type`; the alerts are the SRE workbook's multiwindow, multi-burn-rate ones.
+`metric`, `type` and `threshold`; the alerts are the SRE workbook's multiwindow, multi-burn-rate
+ones, plus one that fires when the bucket the rules count at is missing.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-# vLLM's histograms (vllm/v1/metrics/loggers.py) and their bucket bounds, in seconds. A
-# threshold can only be placed on one of these in PromQL: a bucket is one series.
+# vLLM's histograms (vllm/v1/metrics/loggers.py).
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
-TTFT_BOUNDS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BOUNDS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
-)  # fmt: skip
-# A threshold this close (relatively) to a bound is that bound: 1/T for OTPS rarely lands exactly.
-BOUND_TOLERANCE = 1e-9
+HISTOGRAMS = {"ttft": TTFT_METRIC, "otps": TPOT_METRIC}
 
-# The windows the recording rules cover: those of the page and ticket alerts.
-WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+ALERT_NAMES = {"page": "SLOErrorBudgetBurnFast", "ticket": "SLOErrorBudgetBurnSlow"}
+SUMMARIES = {"page": "spends its error budget fast", "ticket": "spends its error budget"}
+BUCKET_ALERT = "SLOThresholdBucketMissing"
+# How long the bucket must be missing before its alert fires: the page's long window.
+BUCKET_ABSENT_FOR = "1h"
+
+_DURATION = re.compile(r"^(\d+)([mhd])$")
+_SECONDS = {"m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
-class BurnAlert:
-    name: str
+class Arm:
     severity: str
-    # Each pair (long window, short window, factor): both windows must burn above the factor.
-    conditions: tuple[tuple[str, str, float], ...]
-    summary: str
-
-
-ALERTS = (
-    BurnAlert(
-        "SLOErrorBudgetBurnFast",
-        "page",
-        (("1h", "5m", 14.4), ("6h", "30m", 6.0)),
-        "spends its error budget fast",
-    ),
-    BurnAlert("SLOErrorBudgetBurnSlow", "ticket", (("3d", "6h", 1.0),), "spends its error budget"),
-)
-
-_PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+    long: str
+    short: str
+    factor: float  # both windows burn above it
+    budget_share: float  # of the SLO window's budget, spent over `long` at that burn
+    capped: bool
 
 
 @dataclass(frozen=True)
 class Bucket:
-    """The histogram bucket standing for a threshold."""
+    """The histogram bucket standing for a threshold, as the server names it."""
 
     metric: str
     bound: float
@@ -91,24 +75,7 @@ class Objective:
     objective: float  # the fraction of requests that must be within the threshold
     selector: str  # the server's vector selector, `vllm:...{model_name="..."}`
     bucket: Bucket
-
-
-def bucket_for(metric: str, threshold: float) -> Bucket:
-    """The bucket at or below a threshold (conservative: no request slower than it is good)."""
-    bounds: tuple[float, ...]
-    if metric == "ttft":
-        name, bounds, limit = TTFT_METRIC, TTFT_BOUNDS, threshold
-    else:
-        name, bounds, limit = TPOT_METRIC, TPOT_BOUNDS, 1 / threshold
-    for bound in bounds:
-        if math.isclose(bound, limit, rel_tol=BOUND_TOLERANCE, abs_tol=0):
-            return Bucket(name, bound, limit, exact=True)
-    below = [b for b in bounds if b < limit]
-    if not below:
-        raise ValueError(
-            f"{limit:g}s is below the smallest bucket bound of {name} ({bounds[0]:g}s)"
-        )
-    return Bucket(name, below[-1], limit, exact=False)
+    arms: tuple[Arm, ...]
 
 
 def _le(bound: float) -> str:
@@ -145,51 +112,127 @@ def _matchers(inner: str, *extra: str) -> str:
 
 
 def objectives(
-    bodies: Iterable[dict[str, Any]], attainment: Iterable[dict[str, Any]]
-) -> tuple[list[Objective], list[str]]:
-    """The percentile objectives rules can be made for, and why others are left out.
+    attainment: Iterable[dict[str, Any]],
+) -> tuple[list[Objective], list[str], list[str]]:
+    """The percentile objectives rules can be made for, why others are left out, and
+    warnings about the rules made (an arm that cannot fire).
 
-    The targets are the routes' own (`/config?view=full`), so rules can be made whether or not
-    slo-api reaches Prometheus; the series are the ones the attainment listing names.
+    Everything comes from the attainment listing, which names each target's bucket and arms
+    whether or not slo-api reaches Prometheus.
     """
-    selectors_of = {
-        item.get("route"): item.get("selectors") for item in attainment if isinstance(item, dict)
-    }
     found: list[Objective] = []
     skipped: list[str] = []
-    for body in bodies:
-        route = str(body.get("route"))
-        if body.get("ambiguous"):
+    warnings: list[str] = []
+    for item in attainment:
+        if not isinstance(item, dict):
+            continue
+        route = str(item.get("route"))
+        if item.get("ambiguous"):
             skipped.append(f"{route}: claimed by more than one CR")
             continue
-        if body.get("kind") != "llm":
+        if item.get("kind") != "llm":
             continue  # job routes: their own queue.promql, no histogram to record
-        selectors = selectors_of.get(route)
-        for metric in ("ttft", "otps"):
-            section = body.get(metric) or {}
-            for target in (section.get("default") or {}).get("metrics") or []:
-                kind, threshold = str(target.get("type")), target.get("threshold")
-                what = f"{route} {metric} {kind}"
-                percentile = _PERCENTILE.match(kind)
-                if not percentile:
-                    skipped.append(f"{what}: an average has no error budget")
-                    continue
-                objective = float(percentile.group(1)) / 100
-                selector = selectors.get(metric) if isinstance(selectors, dict) else None
-                if not isinstance(selector, str):
-                    skipped.append(f"{what}: the server named no series selector for it")
-                    continue
-                if not (_number(threshold) and 0 < objective < 1):
-                    skipped.append(f"{what}: no threshold or objective")
-                    continue
-                try:
-                    parse_selector(selector, TTFT_METRIC)
-                    bucket = bucket_for(metric, threshold)
-                except ValueError as exc:
-                    skipped.append(f"{what}: {exc}")
-                    continue
-                found.append(Objective(route, metric, kind, threshold, objective, selector, bucket))
-    return found, skipped
+        selectors = item.get("selectors")
+        targets = item.get("alerting")
+        if not isinstance(targets, list):
+            skipped.append(f"{route}: the server named no alerting for it (an older slo-api)")
+            continue
+        for target in targets:
+            obj = _objective(route, target, selectors, skipped)
+            if obj is None:
+                continue
+            if any(_labels(o) == _labels(obj) for o in found):
+                skipped.append(f"{_what(obj)}: the same target twice")
+                continue
+            warnings.extend(_cannot_fire(obj))
+            found.append(obj)
+        for item_objective in item.get("objectives") or []:
+            if isinstance(item_objective, dict) and item_objective.get("type") == "avg":
+                metric = item_objective.get("metric")
+                skipped.append(f"{route} {metric} avg: an average has no error budget")
+    return found, skipped, warnings
+
+
+def _what(obj: Objective) -> str:
+    return f"{obj.route} {obj.metric} {obj.type} {obj.threshold:g}"
+
+
+def _objective(route: str, target: Any, selectors: Any, skipped: list[str]) -> Objective | None:
+    if not isinstance(target, dict):
+        return None
+    metric, kind = str(target.get("metric")), str(target.get("type"))
+    threshold, objective = target.get("threshold"), target.get("objective")
+    what = f"{route} {metric} {kind}"
+    histogram = HISTOGRAMS.get(metric)
+    if histogram is None or not (_number(threshold) and _number(objective) and objective < 1):
+        skipped.append(f"{what}: no threshold or objective")
+        return None
+    selector = selectors.get(metric) if isinstance(selectors, dict) else None
+    if not isinstance(selector, str):
+        skipped.append(f"{what}: the server named no series selector for it")
+        return None
+    bucket = target.get("bucket")
+    if not isinstance(bucket, dict) or not _number(bucket.get("le")):
+        skipped.append(
+            f"{what} {threshold:g}: no bucket bound of {histogram} lies at or below the "
+            "threshold, so no bucket can count it"
+        )
+        return None
+    arms = tuple(
+        Arm(
+            str(a.get("severity")),
+            str(a.get("long")),
+            str(a.get("short")),
+            float(a.get("burnRate") or 0),
+            float(a.get("budgetShare") or 0),
+            bool(a.get("capped")),
+        )
+        for a in target.get("arms") or []
+        if isinstance(a, dict)
+    )
+    bad = [
+        a
+        for a in arms
+        if a.severity not in ALERT_NAMES
+        or not (_window(a.long) and _window(a.short))
+        or a.factor <= 0
+    ]
+    if not arms or bad:
+        skipped.append(f"{what}: the server named no usable alert arms")
+        return None
+    try:
+        parse_selector(selector, histogram)
+    except ValueError as exc:
+        skipped.append(f"{what}: {exc}")
+        return None
+    limit = threshold if metric == "ttft" else 1 / threshold
+    return Objective(
+        route,
+        metric,
+        kind,
+        threshold,
+        objective,
+        selector,
+        Bucket(histogram, float(bucket["le"]), limit, bucket.get("exact") is True),
+        arms,
+    )
+
+
+def _cannot_fire(obj: Objective) -> list[str]:
+    """An arm above the highest burn rate an objective allows, 1 / (1 - objective), stays
+    silent even when every request misses: say so rather than hand over a dead alert."""
+    most = 1 / (1 - obj.objective)
+    return [
+        f"{_what(obj)}: the {a.severity} arm over {a.long} and {a.short} cannot fire (it needs a "
+        f"burn rate above {a.factor:g}; {obj.type} burns at most {most:.4g})"
+        for a in obj.arms
+        if a.factor * (1 - obj.objective) >= 1
+    ]
+
+
+def _window(text: str) -> int:
+    match = _DURATION.match(text)
+    return int(match.group(1)) * _SECONDS[match.group(2)] if match else 0
 
 
 def _number(value: Any) -> TypeGuard[float]:
@@ -197,7 +240,13 @@ def _number(value: Any) -> TypeGuard[float]:
 
 
 def _labels(obj: Objective) -> dict[str, str]:
-    return {"route": obj.route, "metric": obj.metric, "type": obj.type}
+    # Two targets of one type on one metric differ by their threshold.
+    return {
+        "route": obj.route,
+        "metric": obj.metric,
+        "type": obj.type,
+        "threshold": f"{obj.threshold:g}",
+    }
 
 
 def _promql_labels(obj: Objective) -> str:
@@ -218,9 +267,17 @@ def error_ratio(obj: Objective, window: str) -> str:
     return f"1 - (sum(rate({good}[{window}])) / sum(rate({total}[{window}])))"
 
 
+def _absent_bucket(obj: Objective) -> str:
+    bucket = obj.bucket
+    name, inner = parse_selector(obj.selector, bucket.metric)
+    series = f"{name}_bucket{_matchers(inner, _le_matcher(bucket.bound))}"
+    return f"absent_over_time({series}[{BUCKET_ABSENT_FOR}])"
+
+
 def _group(obj: Objective) -> dict[str, Any]:
     bucket = obj.bucket
     labels = _labels(obj)
+    windows = sorted({w for a in obj.arms for w in (a.long, a.short)}, key=_window)
     rules: list[dict[str, Any]] = [
         # A dict of its own each: a shared one would be written as a YAML anchor and aliases.
         {
@@ -228,7 +285,7 @@ def _group(obj: Objective) -> dict[str, Any]:
             "expr": error_ratio(obj, w),
             "labels": {**labels},
         }
-        for w in WINDOWS
+        for w in windows
     ]
     rules.append(
         {
@@ -241,31 +298,53 @@ def _group(obj: Objective) -> dict[str, Any]:
     sign = "<=" if obj.metric == "ttft" else ">="
     unit = "s" if obj.metric == "ttft" else " tokens/s"
     target = f"{obj.type} {obj.metric} {sign} {obj.threshold:g}{unit}"
-    for alert in ALERTS:
-        arms = [
-            f"(slo:sli_error:ratio_rate{long}{_promql_labels(obj)} > {factor * budget:.6g}"
-            f" and slo:sli_error:ratio_rate{short}{_promql_labels(obj)} > {factor * budget:.6g})"
-            for long, short, factor in alert.conditions
+    for severity, alert_name in ALERT_NAMES.items():
+        arms = [a for a in obj.arms if a.severity == severity]
+        if not arms:
+            continue
+        selected = _promql_labels(obj)
+        exprs = [
+            f"(slo:sli_error:ratio_rate{a.long}{selected} > {a.factor * budget:.6g}"
+            f" and slo:sli_error:ratio_rate{a.short}{selected} > {a.factor * budget:.6g})"
+            for a in arms
         ]
-        windows = " or ".join(
-            f"{factor:g}x over {long} and {short}" for long, short, factor in alert.conditions
+        meaning = " or ".join(
+            f"{a.factor:g}x over {a.long} and {a.short} ({a.budget_share:.3g} of the budget "
+            f"in {a.long}{'; capped: at most half the requests need miss' if a.capped else ''})"
+            for a in arms
         )
         rules.append(
             {
-                "alert": alert.name,
-                "expr": "\n or\n".join(arms),
-                "labels": {**labels, "severity": alert.severity},
+                "alert": alert_name,
+                "expr": "\n or\n".join(exprs),
+                "labels": {**labels, "severity": severity},
                 "annotations": {
-                    "summary": f"{obj.route} {alert.summary} ({target})",
+                    "summary": f"{obj.route} {SUMMARIES[severity]} ({target})",
                     "description": (
                         f"Route {obj.route} burns the error budget of {target} "
-                        f"(objective {obj.objective:.6g}) at more than {windows}."
+                        f"(objective {obj.objective:.6g}) at more than {meaning}."
                     ),
                     "threshold_bucket": bucket.note,
                 },
             }
         )
-    return {"name": f"slo-api.{obj.route}.{obj.metric}.{obj.type}", "rules": rules}
+    rules.append(
+        {
+            "alert": BUCKET_ALERT,
+            "expr": _absent_bucket(obj),
+            "labels": {**labels, "severity": "ticket"},
+            "annotations": {
+                "summary": f"{obj.route}: no series of bucket le={_le(bucket.bound)} ({target})",
+                "description": (
+                    f"No series of {bucket.metric}_bucket le={_le(bucket.bound)} for route "
+                    f"{obj.route} over {BUCKET_ABSENT_FOR}: its burn-rate alerts cannot fire. "
+                    "The exporter lacks that bound, or the route's selector matches no series."
+                ),
+            },
+        }
+    )
+    name = f"slo-api.{obj.route}.{obj.metric}.{obj.type}.{labels['threshold']}"
+    return {"name": name, "rules": rules}
 
 
 def prometheus_rule(found: Sequence[Objective], name: str, namespace: str | None) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def test_an_open_route_charts_each_objective_against_its_target(
     expect(chart.locator("line.chart-target")).to_have_count(1)
     expect(chart.locator("path.chart-observed")).to_have_attribute("d", re.compile(r"^M[\d.]+ "))
     expect(chart.locator("desc")).to_contain_text("target p95 ≤ 1.2 s")
-    expect(objective(page, "otps", "p50").locator(".status-badge")).to_have_text("Met")
+    # Its OTPS slows down with it: more than half the requests below 30 tok/s now pages a p50.
+    expect(objective(page, "otps", "p50").locator(".status-badge")).to_have_text("At risk")
     expect(objective(page, "otps", "p99")).to_contain_text("p99 ≥ 12 tok/s")
     # Nothing but what the answer holds: no placeholder for a part it lacks.
     expect(attainment(page)).not_to_contain_text("null")

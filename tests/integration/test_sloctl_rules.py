@@ -31,6 +31,7 @@ from controlplane.demo import (
     wait_ready,
 )
 from controlplane.server import free_port
+from slo_api.attainment.arithmetic import alerting
 from slo_api.cli.__main__ import main
 
 pytestmark = pytest.mark.integration
@@ -68,6 +69,7 @@ def _route(route: str, model: str, threshold: float = 1.0, kind: str = "p99") ->
             }
         ],
         "unmeasured": [],
+        "alerting": [alerting("ttft", kind, threshold)],
         "selectors": {
             "ttft": "vllm:time_to_first_token_seconds" + matchers,
             "otps": "vllm:request_time_per_output_token_seconds" + matchers,
@@ -90,18 +92,7 @@ def _rules(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("SLO_API_URL", SERVER)
     monkeypatch.setenv("SLO_API_TOKEN", "s3cret")
     items = [_route(route, model) for route, (model, _, _) in ROUTES.items()]
-    bodies = [
-        {
-            "route": item["route"],
-            "kind": "llm",
-            "ttft": {"default": {"metrics": [{"type": "p99", "threshold": 1.0}]}},
-        }
-        for item in items
-    ]
     with respx.mock(base_url=SERVER, assert_all_mocked=True) as api:
-        api.get("/config", params__contains={"view": "full"}).respond(
-            json={"items": bodies, "total": len(bodies), "page": 1, "pageSize": 200}
-        )
         api.get("/config", params__contains={"view": "attainment"}).respond(
             json={"items": items, "total": len(items), "page": 1, "pageSize": 200}
         )
@@ -196,6 +187,8 @@ def test_the_page_alert_fires_for_a_fast_burn_and_not_for_a_route_meeting_its_sl
     firing = {
         "SLOErrorBudgetBurnFast": ["burning", "hostile"],
         "SLOErrorBudgetBurnSlow": ["burning", "hostile"],
+        # Every route's exporter has the 1 s bucket, however it spells it.
+        "SLOThresholdBucketMissing": [],
     }
     result = _promtool_test(tmp_path, document, firing)
     assert result.endswith("exit 0"), result
@@ -209,6 +202,8 @@ def test_promtool_would_catch_a_page_alert_on_the_healthy_route(
     firing = {
         "SLOErrorBudgetBurnFast": ["burning", "healthy", "hostile"],
         "SLOErrorBudgetBurnSlow": ["burning", "hostile"],
+        # Every route's exporter has the 1 s bucket, however it spells it.
+        "SLOThresholdBucketMissing": [],
     }
     result = _promtool_test(tmp_path, document, firing)
     assert not result.endswith("exit 0"), result

@@ -56,10 +56,47 @@ async def test_without_prometheus_every_route_says_not_configured(start: Started
                     "cannot be measured",
                 }
             ],
+            # What alerts on the objective count and fire on, known without any figures.
+            "alerting": [
+                {
+                    "metric": "ttft",
+                    "type": "p90",
+                    "threshold": 0.8,
+                    "objective": 0.9,
+                    "bucket": {"le": 0.75, "exact": False},
+                    "arms": [
+                        {
+                            "severity": "page",
+                            "long": "1h",
+                            "short": "5m",
+                            "burnRate": 5.0,
+                            "budgetShare": 0.00744,
+                            "capped": True,
+                        },
+                        {
+                            "severity": "page",
+                            "long": "6h",
+                            "short": "30m",
+                            "burnRate": 5.0,
+                            "budgetShare": 0.044643,
+                            "capped": True,
+                        },
+                        {
+                            "severity": "ticket",
+                            "long": "3d",
+                            "short": "6h",
+                            "burnRate": 0.933333,
+                            "budgetShare": 0.1,
+                            "capped": False,
+                        },
+                    ],
+                }
+            ],
         }
         batch = (await client.get("/config/batch/attainment?window=1h", headers=AUTH)).json()
         assert batch["window"] == "1h"
         assert batch["selectors"] is None
+        assert batch["alerting"] == []
         assert batch["unmeasured"] == [
             {"metric": "queue", "range": None, "reason": "queue.maxDepth is 0: not configured"}
         ]

@@ -10,6 +10,7 @@ import pytest
 import respx
 import yaml
 
+from slo_api.attainment.arithmetic import alerting
 from slo_api.cli import rules
 from tests.unit.test_sloctl import SERVER, run, table_rows
 
@@ -203,25 +204,25 @@ def test_attainment_of_a_route_the_caller_may_not_read_is_the_servers_404(
 # -- rules --------------------------------------------------------------------------------------
 
 
-def body_of(item: dict[str, Any]) -> dict[str, Any]:
-    """The route's body (`/config?view=full`) holding the targets its attainment measures."""
-    body: dict[str, Any] = {"route": item["route"], "kind": item["kind"]}
-    for obj in item["objectives"]:
-        if obj["metric"] in ("ttft", "otps"):
-            section = body.setdefault(obj["metric"], {"default": {"metrics": []}})
-            section["default"]["metrics"].append(
-                {"type": obj["type"], "threshold": obj["threshold"]}
-            )
-    return body
+def with_alerting(item: dict[str, Any]) -> dict[str, Any]:
+    """The item as the server lists it: `alerting` from its percentile targets, made by the
+    server's own function."""
+    if item["kind"] != "llm" or "alerting" in item:
+        return {**item, "alerting": item.get("alerting", [])}
+    made = [
+        alerting(o["metric"], o["type"], o["threshold"])
+        for o in item["objectives"]
+        if o["metric"] in ("ttft", "otps")
+    ]
+    return {**item, "alerting": [a for a in made if a is not None]}
 
 
 def generated(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str], *items: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
-    """`sloctl rules` for routes whose attainment is `items` (their bodies hold its targets)."""
-    bodies = [body_of(item) for item in items]
-    api.get("/config", params__contains={"view": "full"}).respond(json=page(*bodies))
-    api.get("/config", params__contains={"view": "attainment"}).respond(json=page(*items))
+    """`sloctl rules` for routes whose attainment is `items`."""
+    listed = [with_alerting(item) for item in items]
+    api.get("/config", params__contains={"view": "attainment"}).respond(json=page(*listed))
     code, out, err = run(capsys, "rules", "--namespace", "monitoring")
     assert code == 0, err
     assert "&id" not in out, "a YAML anchor: write each rule's labels out"
@@ -236,13 +237,13 @@ def test_rules_record_each_percentile_objective_and_alert_on_its_burn(
     assert (document["kind"], document["metadata"]["namespace"]) == ("PrometheusRule", "monitoring")
     groups = {g["name"]: g["rules"] for g in document["spec"]["groups"]}
     assert list(groups) == [
-        "slo-api.chat-7b.ttft.p90",
-        "slo-api.code-13b.ttft.p99",
-        "slo-api.code-13b.otps.p50",
+        "slo-api.chat-7b.ttft.p90.0.8",
+        "slo-api.code-13b.ttft.p99.1",
+        "slo-api.code-13b.otps.p50.30",
     ]
     # The average and the job route have no error budget: said, not silently dropped.
     assert "chat-7b otps avg: an average has no error budget" in err
-    chat = groups["slo-api.chat-7b.ttft.p90"]
+    chat = groups["slo-api.chat-7b.ttft.p90.0.8"]
     records = {r["record"]: r for r in chat if "record" in r}
     assert set(records) == {
         "slo:sli_error:ratio_rate5m",
@@ -252,7 +253,7 @@ def test_rules_record_each_percentile_objective_and_alert_on_its_burn(
         "slo:sli_error:ratio_rate3d",
         "slo:objective:ratio",
     }
-    labels = {"route": "chat-7b", "metric": "ttft", "type": "p90"}
+    labels = {"route": "chat-7b", "metric": "ttft", "type": "p90", "threshold": "0.8"}
     assert all(r["labels"] == labels for r in chat if "record" in r)
     # The series are those the server named; 0.8 s lies between the 0.75 and 1 bounds.
     assert records["slo:sli_error:ratio_rate1h"]["expr"] == (
@@ -269,45 +270,91 @@ def test_rules_record_each_percentile_objective_and_alert_on_its_burn(
     page_arms = " ".join(fast["expr"].split()).split(" or ")
     assert "rate1h" in page_arms[0]
     assert "rate5m" in page_arms[0]
-    assert page_arms[0].count("> 1.44") == 2  # 14.4 x a budget of 0.1
+    # p90 burns at most 10: the workbook's 13.44 (and 5.6) for 28 days are capped at 5, half
+    # the requests missing.
+    assert page_arms[0].count("> 0.5)") == 1
+    assert page_arms[0].count("> 0.5 ") == 1
     assert "rate6h" in page_arms[1]
     assert "rate30m" in page_arms[1]
-    assert page_arms[1].count("> 0.6") == 2
+    assert "capped" in fast["annotations"]["description"]
     assert "rate3d" in slow["expr"]
     assert "rate6h" in slow["expr"]
-    assert slow["expr"].count("> 0.1") == 2
+    assert slow["expr"].count("> 0.0933333") == 2  # 0.933 (10% of 28 days in 3d) x 0.1
     assert "le=0.75" in fast["annotations"]["threshold_bucket"]
     assert "between bucket bounds" in fast["annotations"]["threshold_bucket"]
+    p99 = {r["alert"]: r for r in groups["slo-api.code-13b.ttft.p99.1"] if "alert" in r}
+    assert p99["SLOErrorBudgetBurnFast"]["expr"].count("> 0.1344") == 2  # 13.44 x 0.01
+    assert p99["SLOErrorBudgetBurnFast"]["expr"].count("> 0.056") == 2  # 5.6 x 0.01
+
+
+def test_the_rules_count_at_the_bucket_the_server_names(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Whatever the server counts an objective at, the rules count at: no copy of the bounds.
+    named = with_alerting(CHAT)
+    named["alerting"][0]["bucket"] = {"le": 0.5, "exact": False}
+    document, _ = generated(api, capsys, named)
+    rules_ = document["spec"]["groups"][0]["rules"]
+    assert 'le="0.5"}[5m]' in rules_[0]["expr"]
+    missing = next(r for r in rules_ if r.get("alert") == "SLOThresholdBucketMissing")
+    assert missing["expr"] == (
+        "absent_over_time(vllm:time_to_first_token_seconds_bucket"
+        '{model_name="chat-7b-instruct", le="0.5"}[1h])'
+    )
+    assert missing["labels"]["severity"] == "ticket"
+
+
+def test_two_targets_of_one_type_get_a_group_each(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = {
+        **CHAT,
+        "objectives": [
+            objective("ttft", "p90", 0.8),
+            objective("ttft", "p90", 2.5),
+            objective("ttft", "p90", 2.5),
+        ],
+    }
+    document, err = generated(api, capsys, both)
+    groups = {g["name"]: g["rules"] for g in document["spec"]["groups"]}
+    assert list(groups) == ["slo-api.chat-7b.ttft.p90.0.8", "slo-api.chat-7b.ttft.p90.2.5"]
+    assert groups["slo-api.chat-7b.ttft.p90.2.5"][0]["labels"]["threshold"] == "2.5"
+    assert "chat-7b ttft p90 2.5: the same target twice" in err
+
+
+def test_an_arm_that_cannot_fire_is_named(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A server whose arms were not capped: 14.4 is beyond p90's highest burn rate, 10.
+    uncapped = with_alerting(CHAT)
+    uncapped["alerting"][0]["arms"][0].update(burnRate=14.4, capped=False)
+    document, err = generated(api, capsys, uncapped)
+    assert document["spec"]["groups"]
+    assert (
+        "chat-7b ttft p90 0.8: the page arm over 1h and 5m cannot fire (it needs a burn rate "
+        "above 14.4; p90 burns at most 10)"
+    ) in err
+    _, err = generated(api, capsys, CHAT)
+    assert "cannot fire" not in err
 
 
 def test_an_otps_threshold_is_a_time_per_output_token_bucket(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document, _ = generated(api, capsys, CODE)
-    otps = next(g for g in document["spec"]["groups"] if g["name"].endswith("otps.p50"))
+    otps = next(g for g in document["spec"]["groups"] if ".otps.p50." in g["name"])
     expr = next(r["expr"] for r in otps["rules"] if r.get("record", "").endswith("rate5m"))
     # 30 tokens/s is 1/30 s per token, between the 0.025 and 0.05 bounds: 0.025 counts.
     assert (
         'vllm:request_time_per_output_token_seconds_bucket{model_name="code-13b", le="0.025"}'
         in expr
     )
-    ttft = next(g for g in document["spec"]["groups"] if g["name"].endswith("ttft.p99"))
+    ttft = next(g for g in document["spec"]["groups"] if ".ttft.p99." in g["name"])
     expr = next(r["expr"] for r in ttft["rules"] if r.get("record", "").endswith("rate5m"))
     # A whole bound matches however the exporter spells it.
     assert 'le=~"1|1[.]0"' in expr
     alert = next(r for r in ttft["rules"] if r.get("alert"))
     assert "between" not in alert["annotations"]["threshold_bucket"]
-
-
-def test_bucket_choice_exact_near_a_bound_and_conservative_between() -> None:
-    assert rules.bucket_for("ttft", 0.5 * (1 + 1e-12)) == rules.Bucket(
-        rules.TTFT_METRIC, 0.5, 0.5 * (1 + 1e-12), exact=True
-    )
-    assert rules.bucket_for("ttft", 2.0).bound == 1.0
-    assert rules.bucket_for("otps", 10).bound == 0.1  # 1/10 exactly
-    assert rules.bucket_for("otps", 12).bound == 0.075  # 1/12 = 0.083
-    with pytest.raises(ValueError, match="below the smallest bucket"):
-        rules.bucket_for("ttft", 0.0005)
 
 
 def test_rules_leave_out_what_cannot_be_expressed_and_say_why(
@@ -317,7 +364,10 @@ def test_rules_leave_out_what_cannot_be_expressed_and_say_why(
     nameless = {**CODE, "route": "nameless", "selectors": None}
     document, err = generated(api, capsys, tiny, nameless)
     assert document["spec"]["groups"] == []
-    assert "tiny ttft p90: 0.0005s is below the smallest bucket bound" in err
+    assert (
+        "tiny ttft p90 0.0005: no bucket bound of vllm:time_to_first_token_seconds lies at or "
+        "below the threshold"
+    ) in err
     assert "nameless ttft p99: the server named no series selector" in err
     # A selector without a metric name reads the histogram's own.
     assert rules.parse_selector('{a="b"}', rules.TTFT_METRIC) == (rules.TTFT_METRIC, 'a="b"')
@@ -343,24 +393,28 @@ def test_a_selector_with_quotes_stays_one_matcher(
     assert r'_count{model_name="a\"}, x{"}[5m]' in expr
 
 
-def test_rules_need_no_figures_only_the_targets_and_the_servers_selectors(
+def test_rules_need_no_figures_only_the_servers_alerting_and_selectors(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # slo-api without Prometheus (or cut off from it) still names each route's series.
+    # slo-api without Prometheus (or cut off from it) still names each route's series,
+    # buckets and arms.
     unconfigured = {"status": "not_configured", "reason": None, "asOf": None}
-    bare = {**CODE, "source": unconfigured, "objectives": []}
-    api.get("/config", params__contains={"view": "full"}).respond(json=page(body_of(CODE)))
+    bare = {**with_alerting(CODE), "source": unconfigured, "objectives": []}
     api.get("/config", params__contains={"view": "attainment"}).respond(json=page(bare))
     code, out, err = run(capsys, "rules")
     assert code == 0, err
     groups = [g["name"] for g in yaml.safe_load(out)["spec"]["groups"]]
-    assert groups == ["slo-api.code-13b.ttft.p99", "slo-api.code-13b.otps.p50"]
+    assert groups == ["slo-api.code-13b.ttft.p99.1", "slo-api.code-13b.otps.p50.30"]
     objective = next(
         r
         for r in yaml.safe_load(out)["spec"]["groups"][0]["rules"]
         if r.get("record") == "slo:objective:ratio"
     )
     assert objective["expr"] == "vector(0.99)"
+    # An older server names no alerting: said, no rules guessed.
+    api.get("/config", params__contains={"view": "attainment"}).respond(json=page(CODE))
+    code, out, err = run(capsys, "rules")
+    assert "code-13b: the server named no alerting for it" in err
 
 
 def test_attainment_escapes_what_would_steer_the_terminal(
