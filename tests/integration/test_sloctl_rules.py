@@ -225,7 +225,9 @@ def demo_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         simulator.stop()
 
 
-def _llm(namespace: str, name: str, model: str, kind: str, threshold: float) -> Obj:
+def _llm(
+    namespace: str, name: str, model: str, kind: str, threshold: float, metric: str = "ttft"
+) -> Obj:
     return {
         "apiVersion": "inference.modelsphere.dev/v1alpha1",
         "kind": "LLMSLORequirement",
@@ -235,7 +237,7 @@ def _llm(namespace: str, name: str, model: str, kind: str, threshold: float) -> 
             "model": model,
             "targetRef": {"kind": "Deployment", "name": name},
             "minimumDeployment": {"type": "replica", "value": 1},
-            "ttft": {"default": {"metrics": [{"type": kind, "threshold": threshold}]}},
+            metric: {"default": {"metrics": [{"type": kind, "threshold": threshold}]}},
         },
     }
 
@@ -251,12 +253,14 @@ def test_sloctl_reads_the_real_service_and_its_rules_select_the_series_it_measur
 ) -> None:
     # The samples' models and TTFT targets, under route names of this test's own.
     routes = {
-        f"{namespace}-met": ("chat-7b-instruct", "p90", 0.8),
-        f"{namespace}-risk": ("code-13b", "p95", 1.2),
-        f"{namespace}-bad": ("reason-70b", "p90", 2.0),
+        f"{namespace}-met": ("chat-7b-instruct", "p90", 0.8, "ttft"),
+        f"{namespace}-risk": ("code-13b", "p95", 1.2, "ttft"),
+        f"{namespace}-bad": ("reason-70b", "p90", 2.0, "ttft"),
+        # code-13b's OTPS p50: a burn rate of at most 2, yet its page must fire.
+        f"{namespace}-median": ("code-13b", "p50", 30, "otps"),
     }
-    for name, (model, kind, threshold) in routes.items():
-        admin.apply(_llm(namespace, name, model, kind, threshold))
+    for name, (model, kind, threshold, metric) in routes.items():
+        admin.apply(_llm(namespace, name, model, kind, threshold, metric))
     port, token = free_port(), secrets.token_urlsafe(24)
     with (tmp_path / "slo-api.log").open("wb") as log:
         process = start_service(
@@ -279,6 +283,7 @@ def test_sloctl_reads_the_real_service_and_its_rules_select_the_series_it_measur
             f"{namespace}-met": "met",
             f"{namespace}-risk": "at_risk",
             f"{namespace}-bad": "violated",
+            f"{namespace}-median": "at_risk",
         }
 
         assert main(["rules"]) == 0
@@ -304,9 +309,9 @@ def test_sloctl_reads_the_real_service_and_its_rules_select_the_series_it_measur
             assert ratio, f"{route}: the rule selects no series"
             if _query(http, demo_metrics, inlined):
                 firing.add(route)
-    # The route at risk pages; the one meeting its SLO does not, nor the violated one, whose
+    # The routes at risk page; the one meeting its SLO does not, nor the violated one, whose
     # budget went long ago at a slow burn (2.5).
-    assert firing == {f"{namespace}-risk"}
+    assert firing == {f"{namespace}-risk", f"{namespace}-median"}
 
 
 def _query(http: httpx.Client, url: str, expr: str) -> list[Obj]:
