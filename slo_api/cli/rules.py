@@ -178,25 +178,8 @@ def _objective(route: str, target: Any, selectors: Any, skipped: list[str]) -> O
             "threshold, so no bucket can count it"
         )
         return None
-    arms = tuple(
-        Arm(
-            str(a.get("severity")),
-            str(a.get("long")),
-            str(a.get("short")),
-            float(a.get("burnRate") or 0),
-            float(a.get("budgetShare") or 0),
-            bool(a.get("capped")),
-        )
-        for a in target.get("arms") or []
-        if isinstance(a, dict)
-    )
-    bad = [
-        a
-        for a in arms
-        if a.severity not in ALERT_NAMES
-        or not (_window(a.long) and _window(a.short))
-        or a.factor <= 0
-    ]
+    arms = tuple(_arm(a) for a in target.get("arms") or [])
+    bad = [a for a in arms if a is None]
     if not arms or bad:
         skipped.append(f"{what}: the server named no usable alert arms")
         return None
@@ -205,6 +188,7 @@ def _objective(route: str, target: Any, selectors: Any, skipped: list[str]) -> O
     except ValueError as exc:
         skipped.append(f"{what}: {exc}")
         return None
+    usable = tuple(a for a in arms if a is not None)
     limit = threshold if metric == "ttft" else 1 / threshold
     return Objective(
         route,
@@ -214,7 +198,30 @@ def _objective(route: str, target: Any, selectors: Any, skipped: list[str]) -> O
         objective,
         selector,
         Bucket(histogram, float(bucket["le"]), limit, bucket.get("exact") is True),
-        arms,
+        usable,
+    )
+
+
+def _arm(arm: Any) -> Arm | None:
+    """One of the server's arms; None unless its severity, windows and factor are usable."""
+    if not isinstance(arm, dict):
+        return None
+    severity, long, short = arm.get("severity"), arm.get("long"), arm.get("short")
+    factor, share = arm.get("burnRate"), arm.get("budgetShare")
+    if (
+        severity not in ALERT_NAMES
+        or not (isinstance(long, str) and isinstance(short, str))
+        or not (_window(long) and _window(short))
+        or not _number(factor)
+    ):
+        return None
+    return Arm(
+        str(severity),
+        long,
+        short,
+        factor,
+        share if _number(share) else 0.0,
+        arm.get("capped") is True,
     )
 
 
@@ -245,7 +252,7 @@ def _labels(obj: Objective) -> dict[str, str]:
         "route": obj.route,
         "metric": obj.metric,
         "type": obj.type,
-        "threshold": f"{obj.threshold:g}",
+        "threshold": f"{obj.threshold:.12g}",
     }
 
 

@@ -338,6 +338,20 @@ def test_an_arm_that_cannot_fire_is_named(
     assert "cannot fire" not in err
 
 
+def test_arms_the_rules_cannot_use_are_refused_with_the_reason(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A factor that is not a number, and a window that would end the range selector early.
+    wrong = with_alerting(CHAT)
+    wrong["alerting"][0]["arms"][0]["burnRate"] = "fast"
+    odd = with_alerting({**CODE, "route": "odd"})
+    odd["alerting"][0]["arms"][1]["long"] = "1h]) or vector(1"
+    document, err = generated(api, capsys, wrong, odd)
+    assert [g["name"] for g in document["spec"]["groups"]] == ["slo-api.odd.otps.p50.30"]
+    assert "chat-7b ttft p90: the server named no usable alert arms" in err
+    assert "odd ttft p99: the server named no usable alert arms" in err
+
+
 def test_an_otps_threshold_is_a_time_per_output_token_bucket(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
