@@ -168,19 +168,26 @@ def at_risk(burn_rates: Mapping[str, float | None], objective: float) -> bool:
         rate = burn_rates.get(window)
         return rate is not None and rate > factor
 
-    return any(
-        above(arm.long, f) and above(arm.short, f)
-        for arm in ARMS
-        if arm.severity == "page"
-        for f in (burn_factor(arm, objective),)
-    )
+    for arm in ARMS:
+        factor = burn_factor(arm, objective)
+        if arm.severity == "page" and above(arm.long, factor) and above(arm.short, factor):
+            return True
+    return False
+
+
+def limit_of(metric: LatencyMetric, threshold: float) -> float:
+    """A threshold in the histogram's unit: TTFT's seconds; OTPS at least T is time per output
+    token at most 1/T (T = 0: every request is within)."""
+    if metric == "ttft":
+        return threshold
+    return 1 / threshold if threshold > 0 else math.inf
 
 
 def counted_bound(metric: LatencyMetric, threshold: float) -> tuple[float, bool] | None:
     """The bucket bound an objective is counted at in PromQL, and whether it is the
     threshold itself: the bound at or below the threshold (conservative: no request slower
     than it counts as good). None when no bound lies at or below it."""
-    limit = threshold if metric == "ttft" else (1 / threshold if threshold > 0 else math.inf)
+    limit = limit_of(metric, threshold)
     bounds = BOUNDS[metric]
     for bound in bounds:
         if same_bound(limit, bound):
@@ -233,8 +240,7 @@ def latency_objective(
         return {**answer, **_average(metric, threshold, window)}
     q = PERCENTILES[type_]
     answer["objective"] = q
-    # OTPS at least T is time per output token at most 1/T (T = 0: every request is within).
-    limit = threshold if metric == "ttft" else (1 / threshold if threshold > 0 else math.inf)
+    limit = limit_of(metric, threshold)
     rates: dict[str, float | None] = {}
     for name in BURN_WINDOWS:
         histogram = burn_windows.get(name)

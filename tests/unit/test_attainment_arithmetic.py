@@ -8,7 +8,9 @@ import pytest
 
 from slo_api.attainment.arithmetic import (
     Histogram,
+    alerting,
     at_risk,
+    counted_bound,
     fraction_within,
     latency_objective,
     lowest_budget,
@@ -155,3 +157,34 @@ def test_the_page_factors_are_for_a_28_day_window() -> None:
     assert latency_objective("ttft", "p99", 0.5, month, {"6h": slow, "30m": slow})["status"] == (
         "at_risk"
     )
+
+
+def test_the_bucket_counted_at_is_exact_near_a_bound_and_the_bound_below_between() -> None:
+    assert counted_bound("ttft", 0.5 * (1 + 1e-12)) == (0.5, True)
+    assert counted_bound("ttft", 2.0) == (1.0, False)
+    assert counted_bound("otps", 10) == (0.1, True)  # 1/10 s per token exactly
+    assert counted_bound("otps", 12) == (0.075, False)  # 1/12 = 0.083
+    assert counted_bound("ttft", 0.0005) is None  # below the smallest bound
+    assert counted_bound("otps", 0) is None  # every request is within
+
+
+def test_the_arms_spend_the_workbooks_budget_shares_of_28_days_or_are_capped() -> None:
+    p99 = alerting("ttft", "p99", 0.5)
+    assert p99 is not None
+    assert [(a["long"], a["short"], a["burnRate"], a["capped"]) for a in p99["arms"]] == [
+        ("1h", "5m", 13.44, False),
+        ("6h", "30m", 5.6, False),
+        ("3d", "6h", 0.933333, False),
+    ]
+    assert [a["budgetShare"] for a in p99["arms"]] == [0.02, 0.05, 0.1]
+    p50 = alerting("otps", "p50", 30)
+    assert p50 is not None
+    # 0.5 / (1 - 0.5): the percentile itself over target; 1h of it is 1/672 of the budget.
+    assert [(a["burnRate"], a["capped"]) for a in p50["arms"]] == [
+        (1.0, True),
+        (1.0, True),
+        (0.933333, False),
+    ]
+    assert p50["arms"][0]["budgetShare"] == pytest.approx(1 / 672, abs=1e-6)
+    assert p50["bucket"] == {"le": 0.025, "exact": False}
+    assert alerting("ttft", "avg", 0.5) is None
