@@ -368,7 +368,8 @@ class Service:
         sent_route = data.get("route")
         if sent_route is not None and sent_route != target.route:
             raise invalid(
-                f"route in the body ({sent_route!r}) differs from the URL's", field="route"
+                f"{sent_route!r} in the body differs from the URL's {target.route!r}",
+                field="route",
             )
         body = target.kind.parse(data)
         return await self._apply(
