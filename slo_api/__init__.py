@@ -1,5 +1,7 @@
 """slo-api: a REST front door onto the Kubernetes custom resources that hold inference SLOs."""
 
+from __future__ import annotations
+
 from importlib.metadata import PackageNotFoundError, version
 
 # pyproject.toml's, as installed: the one place the version is written.

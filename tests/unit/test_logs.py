@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 from slo_api.logs import setup_logging
+from tests.unit.conftest import Started
+from tests.unit.fakes import FakeKube
 
 
 @pytest.fixture
@@ -75,3 +77,14 @@ def test_at_debug_a_librarys_request_lines_are_logged(capsys: pytest.CaptureFixt
     requests = [line for line in lines if line["logger"] == "httpx"]
     assert len(requests) == 1
     assert "prometheus.test/api/v1/query" in str(requests[0]["message"])
+
+
+async def test_an_informer_names_a_core_resource_as_kubectl_does(
+    start: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="slo_api")
+    async with start(FakeKube()):
+        pass
+    said = [r.getMessage() for r in caplog.records if "listed" in r.getMessage()]
+    assert any(m.startswith("namespaces: listed") for m in said), said
+    assert not [m for m in said if ".:" in m or ". " in m.split(":")[0]]
