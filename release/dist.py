@@ -140,9 +140,9 @@ def kustomize_bundle(out: Path, digest: str, repository: str, mtime: int) -> lis
         tarball(pinned, archive, mtime)
     rendered = out / f"{NAME}-{version()}.yaml"
     rendered.write_text(
-        f"# slo-api {version()}: what `kubectl apply -k config/` installs, the image pinned by\n"
-        f"# digest (rendered by {renderer}). The CRDs and the namespace are in {archive.name}.\n"
-        + bundle.dump(objs)
+        f"# slo-api {version()}: what `kubectl apply -k config/` installs, the image pinned\n"
+        f"# by digest (rendered by {renderer}). The CRDs and the namespace, installed apart,\n"
+        f"# are in {archive.name}.\n" + bundle.dump(objs)
     )
     return [archive, rendered]
 

@@ -165,8 +165,8 @@ def build(
 
 
 def save(tag: str, archive: Path, timeout: float = 900) -> None:
-    """The image as an OCI archive (its layers as built, so its manifest digest is kept by a
-    copy that preserves digests)."""
+    """The image as an OCI archive: its manifest digest is the one a registry serves after
+    a copy that preserves digests (`skopeo copy --preserve-digests`)."""
     argv = ["podman", "save", "--format", "oci-archive", "--output", str(archive), tag]
     _run(argv, timeout, f"podman save of {tag}")
 

@@ -12,6 +12,8 @@ from slo_api.errors import ApiError
 from slo_api.kinds import build_kinds
 from slo_api.kube import KubeError
 from slo_api.limits import refusal
+from slo_api.ownership import Owner
+from slo_api.service import field_managed
 from slo_api.settings import Settings
 from slo_api.upstream import to_api_error
 from tests.unit.conftest import AUTH, Started, job_cr, llm_cr
@@ -176,3 +178,17 @@ def test_the_rule_is_the_error_types_own() -> None:
     assert ApiError(400, "priorityClass is not set", field="priority").message == (
         "priorityClass is not set"
     )
+
+
+@pytest.mark.parametrize(
+    "fields", [["priority"], ["priority", "ttft"], ["priority", "ttft", "otps"]]
+)
+def test_a_field_managed_names_its_field_once(fields: list[str]) -> None:
+    owners = [Owner(f, "argocd-controller", "Apply", "2026-12-01T10:00:00Z") for f in fields]
+    error = field_managed(KINDS["llm"], owners).body()["error"]
+    assert error["field"] == KINDS["llm"].api_field(fields[0])
+    shown = f"{error['field']}: {error['message']}"
+    assert shown.count(f"{error['field']}") == 1, shown
+    for other in fields[1:]:
+        assert KINDS["llm"].api_field(other) in error["message"]
+    assert said_twice(error) == []
