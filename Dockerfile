@@ -1,7 +1,8 @@
 # slo-api: a slim, non-root image running the `slo-api` console script as PID 1.
 #
-#   make image                      # podman, with the host's CA bundle when it has one
-#   docker build -t slo-api:0.1.0 . # the same Dockerfile, with Docker
+#   make image      # podman, with the host's CA bundle when it has one, labelled as below
+#   docker build --build-arg VERSION=$(python3 -m release.version) \
+#     -t slo-api:$(python3 -m release.version) .   # the same Dockerfile, with Docker
 #
 # Two stages: the first installs the exact versions and hashes of requirements.lock into
 # /opt/venv (dependencies in their own layer, so editing the code does not reinstall them) and
@@ -47,14 +48,16 @@ RUN /opt/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/dis
 
 
 FROM ${PYTHON_IMAGE}
-# Where the image came from, given by the build (`make image` passes them: see release/image.py):
-# the repository's URL, the commit, and the commit's time (so a rebuild labels the same).
+# What the image is and where it came from, given by the build (`make image` passes them: see
+# release/image.py): the version (pyproject.toml's), the repository's URL, the commit, and the
+# commit's time (so a rebuild labels the same).
+ARG VERSION=""
 ARG SOURCE=""
 ARG REVISION=""
 ARG CREATED=""
 LABEL org.opencontainers.image.title="slo-api" \
       org.opencontainers.image.description="REST front door onto the Kubernetes custom resources that hold inference SLOs" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.revision="${REVISION}" \

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv lock image podman test-tools prometheus controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
+.PHONY: venv lock image release podman test-tools prometheus controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
 
 venv: $(STAMP)
 
@@ -59,9 +59,22 @@ prometheus:
 # python:3.11-slim (pinned by digest); BASE=debian makes one from Debian's packages (mmdebstrap,
 # for machines that reach no image registry). SOURCE=<repository URL> labels where it came from
 # (default: the git remote origin). Needs only python3 and podman.
-IMAGE ?= slo-api:0.1.0
+VERSION := $(shell $(PYTHON) -m release.version)
+IMAGE ?= slo-api:$(VERSION)
 image: podman
 	$(PYTHON) -m release.image --tag $(IMAGE) $(if $(SOURCE),--source $(SOURCE)) \
+	  $(if $(filter debian,$(BASE)),--debian-base,$(if $(BASE),--base $(BASE)))
+
+# A release in dist/<version>/: the wheel and sdist, the image as an OCI archive with its digest,
+# config/ with the image pinned to that digest (a kustomize tarball, and rendered into one YAML
+# file), the SBOM of requirements.lock (CycloneDX JSON) and SHA256SUMS over them. BASE as for
+# `make image` (default: the Dockerfile's base, from its registry; BASE=debian where no
+# registry is reachable, with mmdebstrap); REPOSITORY=<registry>/slo-api names the image in
+# the bundle (default: slo-api, to be set with kustomize's `images`).
+release: venv podman
+	@test -z "$(filter debian,$(BASE))" || command -v mmdebstrap >/dev/null || $(MAKE) test-tools
+	$(PY) -m release.dist $(if $(SOURCE),--source $(SOURCE)) \
+	  $(if $(REPOSITORY),--repository $(REPOSITORY)) \
 	  $(if $(filter debian,$(BASE)),--debian-base,$(if $(BASE),--base $(BASE)))
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).

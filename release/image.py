@@ -7,9 +7,10 @@ mmdebstrap when no image registry is reachable (`--debian-base`).
   goes in as the build secret `ca-bundle` (trusted for the downloads, never stored in a layer).
 - `--isolation=chroot` builds where podman cannot start an OCI runtime for each RUN step (inside
   a container, say); `--network host` needs no network setup of its own.
-- The OCI labels `source`, `revision` and `created` are build arguments: the repository's URL
-  (`--source`, else the git remote `origin` without any credentials in it), the commit, and the
-  commit's time (`SOURCE_DATE_EPOCH` when set), so two builds of one commit label alike.
+- The OCI labels `version`, `source`, `revision` and `created` are build arguments: the
+  version (pyproject.toml's), the repository's URL (`--source`, else the git remote `origin`
+  without any credentials in it), the commit, and the commit's time (`SOURCE_DATE_EPOCH` when
+  set), so two builds of one commit label alike.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 
+from release.version import version
+
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "Dockerfile"
-DEFAULT_TAG = "slo-api:0.1.0"  # what config/manager's Deployment names
+DEFAULT_TAG = f"slo-api:{version()}"  # what config/manager's Deployment names
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slo-api" / "image"
 # Debian's release whose python3 is the 3.11 the lock was resolved for.
 DEBIAN_SUITE = "bookworm"
@@ -107,13 +110,24 @@ def without_credentials(url: str) -> str:
     return urllib.parse.urlunsplit((scheme, host, parts.path, "", ""))
 
 
+def commit_epoch() -> int | None:
+    """`SOURCE_DATE_EPOCH`, else the commit's time: when a build of this checkout says it was
+    made (None outside a checkout)."""
+    found = os.environ.get("SOURCE_DATE_EPOCH") or _git("log", "-1", "--format=%ct")
+    return int(found) if found else None
+
+
 def labels(source: str | None = None) -> dict[str, str]:
-    """The Dockerfile's SOURCE, REVISION and CREATED build arguments; empty ones left out."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH") or _git("log", "-1", "--format=%ct")
+    """The Dockerfile's VERSION, SOURCE, REVISION and CREATED build arguments; empty ones
+    left out."""
+    epoch = commit_epoch()
     created = (
-        datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if epoch else ""
+        datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if epoch is not None
+        else ""
     )
     found = {
+        "VERSION": version(),
         "SOURCE": source
         if source is not None
         else without_credentials(_git("remote", "get-url", "origin")),
@@ -148,6 +162,13 @@ def build(
 ) -> None:
     argv = build_command(tag, base, ca_bundle(), labels(source))
     _run(argv, timeout, f"podman build of {tag}", show)
+
+
+def save(tag: str, archive: Path, timeout: float = 900) -> None:
+    """The image as an OCI archive: its manifest digest is the one a registry serves after
+    a copy that preserves digests (`skopeo copy --preserve-digests`)."""
+    argv = ["podman", "save", "--format", "oci-archive", "--output", str(archive), tag]
+    _run(argv, timeout, f"podman save of {tag}")
 
 
 def image_size(tag: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -16,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from slo_api import __version__
 from slo_api.app import create_app
 from slo_api.auth import TokenFileError
 from slo_api.logs import setup_logging
@@ -93,7 +95,16 @@ class Server(uvicorn.Server):
             self._captured_signals = [s for s in self._captured_signals if s != sig]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="slo-api",
+        description="Serve slo-api; every setting comes from the environment (docs/operating.md).",
+    )
+    parser.add_argument("--version", action="version", version=f"slo-api {__version__}")
+    try:
+        parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         settings = Settings()
     except ValidationError as exc:

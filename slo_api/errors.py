@@ -43,11 +43,28 @@ STREAM_ERRORS: tuple[str, ...] = (
 )
 
 
+def without_field(message: str, field: str | None) -> str:
+    """`message` as said of `field`: a client shows `field: message` (swissd's does), so a
+    message never starts with its own field (`priority must be...` -> `must be...`)."""
+    if field:
+        for prefix in (f"{field}: ", f"{field} "):
+            if message.startswith(prefix) and message[len(prefix) :].strip():
+                return message[len(prefix) :].lstrip()
+    return message
+
+
+def with_field(field: str | None, message: str) -> str:
+    """What a client shows of a message said of `field` (one line naming several causes)."""
+    return f"{field}: {message}" if field else message
+
+
 class ApiError(Exception):
     """An error answered to the client as `{"error": {...}}` with its HTTP status.
 
     Its code is the first of its status in ERRORS unless `code` names another of them (a status
-    with none: invalid_request for 4xx, internal_error for 5xx).
+    with none: invalid_request for 4xx, internal_error for 5xx). With a `field`, the message (and
+    each cause's) is what is said of the field, without it (`without_field`): the one place
+    that rule is kept, so every error is built as reads best and answered alike.
     """
 
     def __init__(
@@ -60,6 +77,7 @@ class ApiError(Exception):
         headers: dict[str, str] | None = None,
         code: str | None = None,
     ) -> None:
+        message = without_field(message, field)
         super().__init__(message)
         if code is not None and code not in ERRORS:
             raise ValueError(f"{code!r} is not an error code of ERRORS")
@@ -69,7 +87,10 @@ class ApiError(Exception):
         self.code = code or CODES.get(status) or _FALLBACK[status >= 500]
         self.message = message
         self.field = field
-        self.causes = causes
+        self.causes = [
+            {**c, "message": without_field(c["message"], c.get("field"))} if "message" in c else c
+            for c in causes or []
+        ] or None
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
@@ -108,11 +129,11 @@ def invalid_fields(errors: Iterable[Mapping[str, Any]], holder: str) -> ApiError
         loc = [p for p in error.get("loc", ()) if not (isinstance(p, str) and "[" in p)]
         field = field_path(loc)
         if error.get("type") == "extra_forbidden":
-            message = f"{field} is not a field of {holder}"
+            message = f"is not a field of {holder}"
         elif error.get("type") == "missing":
-            message = f"{field} is required"
+            message = "is required"
         else:
-            message = f"{field}: {error.get('msg')}"
+            message = str(error.get("msg"))
         causes.append({"field": field, "message": message})
     if not causes:
         return invalid("invalid request")

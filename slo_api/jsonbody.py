@@ -65,7 +65,7 @@ def _path(parent: str, key: str | int) -> str:
 
 def _check_shape(value: Any, depth: int = 0, path: str = "") -> None:
     if isinstance(value, _TooLarge):
-        raise invalid(f"{path}: the number {value.text[:30]} is too large", field=path or None)
+        raise invalid(f"the number {value.text[:30]} is too large", field=path or None)
     if isinstance(value, str):
         if _has_lone_surrogate(value):
             raise _surrogate(f"the string at {path}" if path else "a string of the JSON body")

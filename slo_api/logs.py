@@ -62,6 +62,12 @@ class ConsoleFormatter(logging.Formatter):
         return base + ("  " + json.dumps(extras, default=str) if extras else "")
 
 
+# Libraries that log a line per request, connection or call (httpx: each Prometheus query;
+# aiohttp's access log, which our own request line makes a repeat): only their warnings and
+# errors are shown, unless LOG_LEVEL=debug asks for everything.
+CHATTY = ("httpx", "httpcore", "aiohttp", "kubernetes_asyncio", "urllib3", "hpack")
+
+
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_RequestIdFilter())
@@ -79,4 +85,6 @@ def setup_logging(level: str = "info", fmt: str = "json") -> None:
         logger.propagate = True
     # One line per request comes from our own middleware; uvicorn's access log would repeat it.
     logging.getLogger("uvicorn.access").disabled = True
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    debug = root.level <= logging.DEBUG
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)

@@ -143,11 +143,13 @@ def field_managed(kind: Kind, owners: list[Owner]) -> ApiError:
     """The 409 of a write that a GitOps tool would revert: nothing was written."""
     names = [kind.api_field(o.field) for o in owners]
     managers = sorted({o.manager for o in owners})
+    # Said of the first field (the error's), the others named after it.
+    others = names[1:]
+    also = f", as {'is' if len(others) == 1 else 'are'} {', '.join(others)}" if others else ""
     message = (
-        f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} managed by "
-        f"{', '.join(managers)}, which would revert this change at its next sync: make the "
-        "change in the source it syncs from (Git, the chart's values), or send force=true "
-        "to write it anyway"
+        f"{names[0]} is managed by {', '.join(managers)}{also}, which would revert this change "
+        "at its next sync: make the change in the source it syncs from (Git, the chart's "
+        "values), or send force=true to write it anyway"
     )
     return ApiError(
         409,
@@ -368,7 +370,8 @@ class Service:
         sent_route = data.get("route")
         if sent_route is not None and sent_route != target.route:
             raise invalid(
-                f"route in the body ({sent_route!r}) differs from the URL's", field="route"
+                f"{sent_route!r} in the body differs from the URL's {target.route!r}",
+                field="route",
             )
         body = target.kind.parse(data)
         return await self._apply(

@@ -124,7 +124,10 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
     port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="The least severe level logged, in any case (`INFO` too)."
+        "info",
+        description="The least severe level logged, in any case (`INFO` too). Libraries' "
+        "lines per request or connection (httpx's per Prometheus query, aiohttp's, "
+        "kubernetes_asyncio's) only at `debug`; their warnings always.",
     )
     log_format: Literal["json", "console"] = Field(
         "json", description="`json` lines, or `console` for development."

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 
-from slo_api.errors import ApiError, invalid
+from slo_api.errors import ApiError, invalid, with_field
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import KubeError, KubeTimeout, log_failure
 from slo_api.limits import refusal
@@ -54,7 +54,7 @@ def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
             causes.extend(
                 {
                     "field": kind.translate_field(f),
-                    "message": f"{kind.translate_field(f)}: the installed CRD has no such field",
+                    "message": "the installed CRD has no such field",
                 }
                 for f in unknown
             )
@@ -64,7 +64,7 @@ def _causes(exc: KubeError, kind: Kind, obj: Obj) -> list[dict[str, str]]:
         if k8s_field:
             message = message.replace(k8s_field, field)
         message = _scrub(message, secrets)
-        causes.append({"field": field, "message": f"{field}: {message}" if field else message})
+        causes.append({"field": field, "message": message})
     return causes
 
 
@@ -98,7 +98,9 @@ def to_api_error(exc: KubeError, kind: Kind, obj: Obj) -> ApiError:
         if not causes:
             return invalid("the Kubernetes API server refused the change")
         return invalid(
-            "; ".join(c["message"] for c in causes), field=causes[0]["field"], causes=causes
+            "; ".join(with_field(c["field"], c["message"]) for c in causes),
+            field=causes[0]["field"] or None,
+            causes=causes,
         )
     if exc.status == 404:
         return ApiError(404, f"route {kind.route_of(obj)!r} is gone")

@@ -165,8 +165,8 @@ class Informer:
         self._relisted_at_once = False
         self._plural = self.resource.plural
         # How logs name what this loop watches (its own and its owner's): `plural.group`, as
-        # kubectl does, and the namespace when it watches one.
-        self.name = f"{self.resource.plural}.{self.group}" + (
+        # kubectl does (`namespaces` for the core group), and the namespace when it watches one.
+        self.name = ".".join(filter(None, (self.resource.plural, self.group))) + (
             f" in {namespace}" if namespace else ""
         )
 

@@ -12,10 +12,15 @@ from slo_api.kinds.job import JobKind
 from slo_api.kinds.llm import LLMKind
 from slo_api.kinds.pool import PoolKind
 
+_SAID_OF_FIELD = (
+    "With `field` set, it is said of that field and does not start with it: a client shows "
+    "`field: message`."
+)
+
 
 class ErrorCause(BaseModel):
-    field: str
-    message: str
+    field: str = Field(description="The field in the API's names (`ttft.default.metrics[0]`).")
+    message: str = Field(description=f"What is wrong. {_SAID_OF_FIELD}")
     manager: str | None = Field(
         None, description="field_managed: the GitOps tool that owns the field."
     )
@@ -31,9 +36,14 @@ class ErrorDetail(BaseModel):
         description=", ".join(f"{code} ({status})" for code, status in ERRORS.items()),
         json_schema_extra={"enum": list(ERRORS)},
     )
-    message: str
-    field: str | None = None
-    causes: list[ErrorCause] | None = None
+    message: str = Field(
+        description=f"What is wrong, in words a person can act on. {_SAID_OF_FIELD} Another "
+        "cause it names is named as `field: message`."
+    )
+    field: str | None = Field(
+        None, description="The field the error is about (the first cause's, with causes)."
+    )
+    causes: list[ErrorCause] | None = Field(None, description="Every problem found, in order.")
 
 
 class Error(BaseModel):

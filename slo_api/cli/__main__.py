@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from slo_api import __version__  # the package's (not the server's): pyproject.toml's
 from slo_api.cli import commands
 from slo_api.cli.client import SloClient
 from slo_api.cli.errors import EXIT_CODES_HELP, CliError, ExitCode, usage
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"sloctl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(

@@ -321,9 +321,11 @@ def error_from_response(response: httpx.Response) -> CliError:
         message = _text(error.get("message")) or _text(error.get("code"))
         field = _text(error.get("field"))
         causes = error.get("causes")
-        # One cause is the message itself; several are worth listing.
+        # One cause is the message itself; several are worth listing (but the one the
+        # message already says, as said of its field).
+        said = f"{field}: {message}" if field else message
         if isinstance(causes, list) and len(causes) > 1:
-            details.extend(c for c in map(_cause_text, causes) if c and c != message)
+            details.extend(c for c in map(_cause_text, causes) if c and c not in (message, said))
     elif isinstance(error, str):
         message = error
     if not message:

@@ -424,9 +424,7 @@ def load_bodies(filename: str) -> tuple[list[Body], bool]:
 
 
 def report_error(error: CliError, prefix: str = "") -> None:
-    text = prefix + error.message
-    if error.field:
-        text += f" (field: {error.field})"
-    warn(text)
+    # The API says a message of its field without the field (as swissd shows it: both).
+    warn(prefix + (f"{error.field}: " if error.field else "") + error.message)
     for line in error.details:
         print(f"  {output.printable(line)}", file=sys.stderr)

@@ -227,7 +227,8 @@ async function saveNow(force) {
   }
   if (handleCommon(result)) return;
   const unplaced = showErrors(result.error);
-  const extra = unplaced.length && unplaced.join("; ") !== result.error.message ? " " + unplaced.join("; ") : "";
+  const said = (result.error.field ? result.error.field + ": " : "") + result.error.message;
+  const extra = unplaced.length && unplaced.join("; ") !== said ? " " + unplaced.join("; ") : "";
   setStatus("Not saved: " + describe(result.error) + extra, "error");
 }
 

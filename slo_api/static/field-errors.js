@@ -58,15 +58,6 @@ export function showFieldError(el, message) {
   return true;
 }
 
-// "ttft.default.metrics.0.threshold: must be >= 0" reads as "must be >= 0" beside the field.
-export function withoutField(message, field) {
-  const text = String(message || "");
-  for (const prefix of [String(field || ""), normalizeField(field)]) {
-    if (prefix && text.startsWith(prefix + ": ")) return text.slice(prefix.length + 2);
-  }
-  return text;
-}
-
 // Shows each cause next to its control; returns the messages no control took.
 export function showErrors(error) {
   clearFieldErrors();
@@ -76,7 +67,7 @@ export function showErrors(error) {
   let first = null;
   for (const cause of causes) {
     const el = cause.field ? controlFor(cause.field) : null;
-    if (el && showFieldError(el, withoutField(cause.message || error.message, cause.field))) {
+    if (el && showFieldError(el, cause.message || error.message)) {
       if (!first) first = el;
     } else {
       unplaced.push((cause.field ? cause.field + ": " : "") + (cause.message || ""));

@@ -13,7 +13,9 @@ export function setStatus(message, level, actions) {
 
 export function describe(error) {
   const rid = error.requestId ? " (request " + error.requestId + ")" : "";
-  return (error.message || error.code || "Request failed") + rid;
+  // A message said of a field leaves the field out (`field: message` shows both).
+  const field = error.field && error.message ? error.field + ": " : "";
+  return field + (error.message || error.code || "Request failed") + rid;
 }
 
 // Common answers for any call; returns true when handled. A 401 is announced ("unauthorized"):

@@ -104,9 +104,13 @@ def test_bad_values_show_the_api_error_beside_the_field(
     field(page, "ttft.default.metrics.0.threshold").fill("-1")
     save(page)
     expect(status(page)).to_contain_text("Not saved")
+    # The status line names the field once, as `field: message`; beside it, only the message.
+    expect(status(page)).to_contain_text("Not saved: ttft.default.metrics[0].threshold: ")
+    expect(status(page)).not_to_contain_text("threshold: ttft")
     error = field_error(page, "ttft.default.metrics.0.threshold")
     expect(error).to_be_visible()
     expect(error).not_to_be_empty()
+    expect(error).not_to_contain_text("ttft.default")
     expect(field(page, "ttft.default.metrics.0.threshold")).to_have_attribute(
         "aria-invalid", "true"
     )
@@ -122,6 +126,7 @@ def test_bad_values_show_the_api_error_beside_the_field(
     expect(status(page)).to_contain_text("Not saved")
     max_error = field_error(page, "maximumDeployment.value")
     expect(max_error).to_contain_text("below")
+    expect(max_error).not_to_contain_text("maximumDeployment.value:")
     expect(field_error(page, "ttft.default.metrics.0.threshold")).to_be_hidden()
 
     # An empty value never leaves the page.

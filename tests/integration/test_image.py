@@ -33,6 +33,7 @@ from controlplane.demo import ServiceError, wait_ready
 from controlplane.server import free_port
 from release import image as images
 from release import lock as locks
+from release.version import version
 from tests.integration import crs
 
 # The first test also makes the base (mmdebstrap, about a minute and a half when not cached) and
@@ -261,9 +262,12 @@ def test_no_installer_is_left_anywhere_in_the_image(image: str) -> None:
     assert found == []
 
 
-def test_the_image_is_labelled_with_its_source_revision_and_creation(image: str) -> None:
+def test_the_image_is_labelled_with_its_version_source_revision_and_creation(image: str) -> None:
     labels = json.loads(_podman("image", "inspect", "--format", "{{json .Labels}}", image))
     expected = images.labels(SOURCE)
+    assert labels["org.opencontainers.image.version"] == version()
+    # The installed package says the same (`slo-api --version`).
+    assert _run_python(image, "import slo_api; print(slo_api.__version__)").strip() == version()
     assert labels["org.opencontainers.image.source"] == SOURCE
     assert labels["org.opencontainers.image.revision"] == expected["REVISION"]
     assert labels["org.opencontainers.image.created"] == expected["CREATED"]

@@ -220,6 +220,9 @@ async def test_cel_rules_come_back_as_400_with_the_field_and_no_names(
     assert error["field"] == field
     assert says in error["message"]
     assert any(c["field"] == field for c in error["causes"])
+    # Said of the field, without it: a client shows `field: message`.
+    for said in [error, *error["causes"]]:
+        assert not said["message"].startswith(said["field"]), said
     others = response.text.replace(route, "<route>")
     assert "celcheck" not in others
     assert namespace not in others

@@ -58,7 +58,7 @@ async def test_query_validation_errors_are_400_with_the_field(start: Started) ->
             # The same causes as a body's: named by the parameter, not by where it was sent.
             (cause,) = response.json()["error"]["causes"]
             assert cause["field"] == field
-            assert cause["message"].startswith(f"{field}: "), cause
+            assert not cause["message"].startswith(field), cause
 
 
 async def test_request_id_is_echoed_or_generated(start: Started) -> None:

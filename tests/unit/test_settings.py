@@ -88,7 +88,7 @@ def test_start_up_logs_what_it_ignored_and_serves_with_the_drain_setting(
     monkeypatch.setattr(entry.Server, "run", serve)
     monkeypatch.setattr(entry, "setup_logging", lambda level, fmt: None)
     caplog.set_level(logging.WARNING, logger="slo_api")
-    entry.main()  # 1: the stand-in server never started
+    entry.main([])  # 1: the stand-in server never started
     assert served == [21]
     assert "WATCH_NAMESPACE is not a setting of slo-api" in caplog.text
 
@@ -96,7 +96,7 @@ def test_start_up_logs_what_it_ignored_and_serves_with_the_drain_setting(
 def test_invalid_settings_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLO_API_TOKEN", "short")
     monkeypatch.setattr(sys, "argv", ["slo-api"])
-    assert entry.main() == 2
+    assert entry.main([]) == 2
 
 
 def test_list_settings_are_read_from_comma_separated_variables_once(

@@ -544,7 +544,8 @@ def test_apply_continues_past_a_refused_body_and_exits_with_its_code(
 
     assert code == 2
     assert pool.called
-    assert "chat-7b: too big (field: priority)" in err
+    # Said as swissd says it: the field, then the message said of it.
+    assert "chat-7b: priority: too big" in err
     assert out == "gpu-slot-a: configured\n"
 
 
@@ -625,8 +626,8 @@ def test_reset_json_rereads_after_a_204(
 @pytest.mark.parametrize(
     ("response", "exit_code", "shown"),
     [
-        (error(400, "invalid_request", "priority must be 0..10", field="priority"), 2,
-         "priority must be 0..10 (field: priority)"),
+        (error(400, "invalid_request", "must be 0..10", field="priority"), 2,
+         "priority: must be 0..10"),
         (error(401, "unauthorized", "missing or invalid bearer token"), 5, "--token"),
         (error(403, "forbidden", "read-only token"), 5, "read-only token"),
         (error(404, "not_found", 'route "chat-7b" not found'), 3, 'route "chat-7b" not found'),
@@ -671,6 +672,27 @@ def test_several_causes_are_listed(
 
     assert code == 2
     assert "maximumDeployment: a pdengine maximum is not 1" in err
+
+
+def test_the_cause_the_message_says_is_not_listed_again(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    causes = [
+        {"field": "priority", "message": "must be an integer"},
+        {"field": "otps.default", "message": "is required"},
+    ]
+    api.get("/routes/chat-7b").respond(json=LLM)
+    api.put("/routes/chat-7b").mock(
+        return_value=error(
+            400, "invalid_request", "must be an integer", field="priority", causes=causes
+        )
+    )
+
+    code, _, err = run(capsys, "set", "chat-7b", "priority=1")
+
+    assert code == 2
+    assert err.count("priority: must be an integer") == 1
+    assert "otps.default: is required" in err
 
 
 @pytest.mark.parametrize(

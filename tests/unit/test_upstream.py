@@ -184,4 +184,4 @@ def test_the_scrub_in_422_causes_catches_unquoted_names() -> None:
         KINDS["pool"],
         {"metadata": {"name": "secret-pool", "namespace": "team-a"}, "spec": {}},
     )
-    assert error.message == "pool.gpu: … needs gpu in …, not team-ab"
+    assert error.message == "… needs gpu in …, not team-ab"
