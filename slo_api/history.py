@@ -92,6 +92,12 @@ VALUE_CAP = 8 * 1024
 MINE_KEPT = 4096
 # Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
 BY_KEPT = 4096
+# What to check when the API server refuses slo-api the ConfigMaps of earlier versions.
+MIGRATION_ROLE = (
+    "that it may list and delete configmaps and get the CRD "
+    "routerevisions.slo-api.modelsphere.dev (ClusterRole slo-api:history-migration, "
+    "docs/upgrade.md)"
+)
 # The RouteRevision CRD: a ConfigMap made after it is not an earlier version's.
 REVISIONS_CRD = f"{REVISIONS.plural}.{REVISIONS.group}"
 # What an earlier version's entry held, and each of its changes: nothing else was ever written.
@@ -811,11 +817,14 @@ class History:
                 if exc.status == 403 and self._legacy_left is None:
                     log.warning(
                         "may not list ConfigMaps: history kept by an earlier version, if any "
-                        "is left, is not carried over (docs/deploying.md: slo-api:history)"
+                        "is left, is not carried over (docs/upgrade.md: "
+                        "slo-api:history-migration)"
                     )
                     self._legacy_left = False
                 return {}  # the grant dropped once carried: nothing to carry
-            raise failure(exc, "reading the history of an earlier version", ROLE) from None
+            raise failure(
+                exc, "reading the history of an earlier version", MIGRATION_ROLE
+            ) from None
 
     async def _legacy_maps(self, namespace: str | None) -> list[Obj]:
         page = await self._legacy_page(namespace)
@@ -828,7 +837,9 @@ class History:
                 crd = await self.kube.get_crd(REVISIONS_CRD)
             except KubeError as exc:
                 if exc.status not in (403, 404):
-                    raise failure(exc, "reading the history of an earlier version", ROLE) from None
+                    raise failure(
+                        exc, "reading the history of an earlier version", MIGRATION_ROLE
+                    ) from None
                 log.warning(
                     "cannot read the CRD %s (%s): without its age no ConfigMap of an earlier "
                     "version can be told from one made since, so none is carried over "
