@@ -109,6 +109,8 @@ RV_DIGITS = 20
 MAX_NAME = 253
 # Where a revision replacing a placeholder is copied first (see History._replace).
 SPARE = ".spare"
+# Deletes of a placeholder and creates in its place, while placeholders keep taking the name.
+REPLACE_ATTEMPTS = 3
 # CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
 FIRSTS_AT_ONCE = 1000
 # How long a change is retried while the API server is away or failing before it is given up
@@ -673,7 +675,9 @@ class History:
         so the placeholder is deleted and `body` created under its name; a copy of `body` is
         created first under a name of its own (`SPARE`), so that a failure or a crash between
         the delete and the create loses nothing: a read prefers it to a placeholder, and it is
-        pruned as any revision is. False when another replica replaced it first."""
+        pruned as any revision is. Retried while a placeholder holds the name again (another
+        replica's, whose grace ended meanwhile); the copy stays only if one still does. False
+        when another replica replaced it first."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         spare = {**body, "metadata": {**meta, "name": name + SPARE}}
@@ -682,21 +686,36 @@ class History:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        uid = str((held.get("metadata") or {}).get("uid", ""))
-        try:
-            await self.kube.delete(REVISIONS, namespace, name, uid=uid)
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
-        try:
-            await self.kube.create(REVISIONS, namespace, body)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-            return False
-        with contextlib.suppress(KubeError):  # left over, it is a copy: read as one entry
+        replaced = False
+        for _ in range(REPLACE_ATTEMPTS):
+            uid = str((held.get("metadata") or {}).get("uid", ""))
+            if uid:  # only that very placeholder: never what replaced it meanwhile
+                try:
+                    await self.kube.delete(REVISIONS, namespace, name, uid=uid)
+                except KubeError as exc:
+                    if exc.status not in (404, 409):
+                        raise
+            try:
+                await self.kube.create(REVISIONS, namespace, body)
+                replaced = True
+                break
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            try:
+                held = await self.kube.get(REVISIONS, namespace, name)
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                held = {}
+                continue
+            if not _placeholder(_data(held)):
+                break  # another replica's replacement: the copy is not needed
+        else:
+            return False  # a placeholder holds the name still: the copy is what is read
+        with contextlib.suppress(KubeError):
             await self.kube.delete(REVISIONS, namespace, name + SPARE)
-        return True
+        return replaced
 
     async def _list(self, namespace: str, uid: str) -> list[Obj]:
         items: list[Obj] = []

@@ -162,6 +162,41 @@ async def test_an_upgrade_carries_what_the_earlier_version_wrote_and_nothing_mad
     )
     _until_the_clock_passes(admin, ns, _created(kept))
     own.install_crds(only={CRD})
+    # A write an old pod made during the rollout: a new replica saw it, and could only leave
+    # a placeholder; the old pod's ConfigMap names the caller.
+    seen = {
+        **_entry(4, "m-chat"),
+        "actor": "unknown",
+        "requestId": None,
+        "clientRequestId": None,
+        "owners": {},
+        "time": "2026-12-01T00:00:00Z",
+    }
+    chat_uid = chat["metadata"]["uid"]
+    admin.create(
+        {
+            "apiVersion": REVISIONS,
+            "kind": "RouteRevision",
+            "metadata": {
+                "name": f"{chat_uid}.4",
+                "namespace": ns,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "slo-api",
+                    "slo-api.modelsphere.dev/uid": chat_uid,
+                    "slo-api.modelsphere.dev/kind": "llm",
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": crs.SLO,
+                        "kind": "LLMSLORequirement",
+                        "name": "chat",
+                        "uid": chat_uid,
+                    }
+                ],
+            },
+            "data": json.dumps(seen),
+        }
+    )
     # What a namespace editor can make today: the old name, label and owner, and ids that
     # would outrank every real revision (and have them pruned).
     forged = _history_map(
@@ -194,6 +229,8 @@ async def test_an_upgrade_carries_what_the_earlier_version_wrote_and_nothing_mad
             assert [(e["id"], e["actor"], e["migrated"]) for e in carried] == [
                 (str(n), "bob", True) for n in (5, 4, 3)
             ]
+            # The placeholder gave way: the caller, with what the watch saw.
+            assert (carried[1]["requestId"], carried[1]["time"]) == ("r4", seen["time"])
             assert [e["id"] for e in await _history(replica, "m-mixed")] == ["2", "1"]
             assert await _history(replica, "m-target") == []
         # The forged ConfigMap is left as it is, for whoever made it; the one with bad
@@ -201,6 +238,8 @@ async def test_an_upgrade_carries_what_the_earlier_version_wrote_and_nothing_mad
         assert _config_map(admin, ns, name) == forged
         assert _config_map(admin, ns, "slo-history.llm.mixed") == kept
         assert _revisions(admin, ns, target["metadata"]["uid"]) == []
+        # One revision per entry: the copy made while replacing the placeholder is gone.
+        assert sorted(e["id"] for e in _revisions(admin, ns, chat_uid)) == ["1", "2", "3", "4", "5"]
         assert len(_revisions(admin, ns, mixed["metadata"]["uid"])) == 2
         # Real changes: none is pruned in favour of what the forged ConfigMap claims.
         for priority in (1, 2, 3, 4):

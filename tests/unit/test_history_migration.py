@@ -247,3 +247,43 @@ def test_replacing_a_placeholder_loses_nothing_when_the_create_after_the_delete_
         assert entry["changes"] == [{"field": "priority", "from": 1, "to": 2}]
 
     vtime.run(scenario())
+
+
+def test_a_placeholder_that_takes_the_name_again_is_replaced_too() -> None:
+    async def scenario() -> None:
+        kube = FakeKube({PLURAL: [llm_cr("cr-1", route="a", priority=1)]})
+        slow, other = (History(kube, [LLM], 20, grace=GRACE) for _ in range(2))  # type: ignore[arg-type]
+        base = kube.objects[(PLURAL, "ns", "cr-1")]
+        for replica in (slow, other):
+            replica.observe(PLURAL, GROUP, NAME, base)
+        kube.watch_writes = False
+        changed = await kube.patch(LLM.resource, "ns", "cr-1", {"spec": {"priority": 2}})
+        other.observe(PLURAL, GROUP, NAME, changed)
+        await other.close()
+        real = f"{UID}.{changed['metadata']['resourceVersion']}"
+        placeholder = kube.objects[(REVISIONS.plural, "ns", real)]
+        deleted: list[str] = []
+
+        def late_placeholder(method: str, *args: Any) -> None:
+            if method == "delete" and args[0] == REVISIONS and args[2] == real:
+                deleted.append(real)
+            # A third replica's grace ends between the delete and the create: its
+            # placeholder takes the name again, once.
+            if method == "create" and args[2]["metadata"]["name"] == real and len(deleted) == 1:
+                again = {**placeholder, "metadata": {**placeholder["metadata"], "uid": "late"}}
+                kube.objects[(REVISIONS.plural, "ns", real)] = again
+
+        kube.error_callback = late_placeholder
+        token = writer.set(("alice", "own-1", None))
+        slow.wrote(changed)
+        writer.reset(token)
+        slow.observe(PLURAL, GROUP, NAME, changed)
+        await slow.close()
+        assert len(deleted) == 2
+        # The caller under the change's own name, and no copy left beside it.
+        names = [n for (p, _, n) in kube.objects if p == REVISIONS.plural]
+        assert names == [real]
+        (entry,) = _revisions(kube, UID)
+        assert _by(entry) == ("alice", "slo-api", "own-1", None)
+
+    vtime.run(scenario())
