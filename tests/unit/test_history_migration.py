@@ -5,12 +5,24 @@ placeholder replaced by the caller a ConfigMap names without ever losing the cha
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from slo_api.history import LEGACY_LABEL, REVISIONS, VALUE_CAP, History, writer
+from slo_api.history import (
+    LEGACY_LABEL,
+    REVISIONS,
+    VALUE_CAP,
+    History,
+    _decimal,
+    _not_after,
+    _order,
+    writer,
+)
 from slo_api.kube import KubeError
 from slo_api.service import Target
 from tests.unit import vtime
@@ -287,3 +299,17 @@ def test_a_placeholder_that_takes_the_name_again_is_replaced_too() -> None:
         assert _by(entry) == ("alice", "slo-api", "own-1", None)
 
     vtime.run(scenario())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=30), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_ids_are_compared_as_the_numbers_they_write_and_no_text_reaches_int(
+    text: str, a: int, b: int
+) -> None:
+    # Anything at all: an order, never an exception (the read that sorts answers 200).
+    assert isinstance(_order({"id": text}), int)
+    accepted = _decimal(text)
+    assert accepted is None or (re.fullmatch(r"0|[1-9][0-9]{0,19}", text) and accepted == text)
+    # resourceVersions as etcd writes them: compared without int(), as int() would.
+    assert _decimal(str(a)) == str(a)
+    assert _not_after(str(a), str(b)) == (a <= b)
