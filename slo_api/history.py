@@ -29,7 +29,10 @@ a restart for the CRs that carry a GitOps marker.
 
 History kept by earlier versions in one ConfigMap per CR (label `LEGACY_LABEL`) is carried
 over into revisions once (`migrate`, by any replica, idempotently) and each ConfigMap deleted
-once carried; until then reads show its entries too.
+once carried; until then reads show its entries too. Nothing in a ConfigMap proves who wrote
+it (the built-in `edit` role may write one), but its age does: only a ConfigMap older than the
+RouteRevision CRD, named and owned as the earlier version did for a CR, is carried, and of it
+only entries as that version wrote them; each carried revision says `migrated`.
 """
 
 from __future__ import annotations
@@ -89,8 +92,25 @@ VALUE_CAP = 8 * 1024
 MINE_KEPT = 4096
 # Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
 BY_KEPT = 4096
-# ConfigMaps of earlier versions listed at once (the seam's page).
-LEGACY_PAGE = 500
+# What to check when the API server refuses slo-api the ConfigMaps of earlier versions.
+MIGRATION_ROLE = (
+    "that it may list and delete configmaps and get the CRD "
+    "routerevisions.slo-api.modelsphere.dev (ClusterRole slo-api:history-migration, "
+    "docs/upgrade.md)"
+)
+# The RouteRevision CRD: a ConfigMap made after it is not an earlier version's.
+REVISIONS_CRD = f"{REVISIONS.plural}.{REVISIONS.group}"
+# What an earlier version's entry held, and each of its changes: nothing else was ever written.
+LEGACY_KEYS = frozenset({"id", "time", "actor", "via", "requestId", "changes", "after"})
+LEGACY_CHANGE_KEYS = frozenset({"field", "from", "to"})
+# The digits of a resourceVersion as etcd writes it (a uint64).
+RV_DIGITS = 20
+# A name's length: an earlier version's ConfigMap names were cut (and hashed) to fit it.
+MAX_NAME = 253
+# Where a revision replacing a placeholder is copied first (see History._replace).
+SPARE = ".spare"
+# Deletes of a placeholder and creates in its place, while placeholders keep taking the name.
+REPLACE_ATTEMPTS = 3
 # CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
 FIRSTS_AT_ONCE = 1000
 # How long a change is retried while the API server is away or failing before it is given up
@@ -228,7 +248,8 @@ def _now() -> str:
 
 def _order(entry: Obj) -> int:
     ident = str(entry.get("id", ""))
-    return int(ident) if ident.isdigit() else -1
+    # isdigit() admits "¹", which int() refuses: only ASCII decimals of a resourceVersion's size.
+    return int(ident) if _decimal(ident) is not None else -1
 
 
 def _owners_json(owners: Mapping[str, Owner]) -> Obj:
@@ -319,6 +340,11 @@ class History:
         self._firsts_task: asyncio.Task[None] | None = None
         # ConfigMaps of earlier versions not carried over yet (None: not looked for yet).
         self._legacy_left: bool | None = None
+        # When the RouteRevision CRD was made (None: not known, so nothing is carried); read once.
+        self._revisions_since: datetime | None = None
+        self._crd_read = False
+        # ConfigMaps and entries of earlier versions left alone, each logged once.
+        self._noted: set[tuple[str, ...]] = set()
 
     @property
     def enabled(self) -> bool:
@@ -640,21 +666,56 @@ class History:
                     return False
                 raise
         held = await self.kube.get(REVISIONS, namespace, name)
-        if _data(held).get("actor") != UNKNOWN:
+        if not _placeholder(_data(held)):
             return False
-        uid = str((held.get("metadata") or {}).get("uid", ""))
+        return await self._replace(body, held)
+
+    async def _replace(self, body: Obj, held: Obj) -> bool:
+        """Put the revision `body` where the placeholder `held` is. A revision is immutable,
+        so the placeholder is deleted and `body` created under its name; a copy of `body` is
+        created first under a name of its own (`SPARE`), so that a failure or a crash between
+        the delete and the create loses nothing: a read prefers it to a placeholder, and it is
+        pruned as any revision is. Retried while a placeholder holds the name again (another
+        replica's, whose grace ended meanwhile); the copy stays only if one still does. False
+        when another replica replaced it first."""
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        spare = {**body, "metadata": {**meta, "name": name + SPARE}}
         try:
-            await self.kube.delete(REVISIONS, namespace, name, uid=uid)
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
-        try:
-            await self.kube.create(REVISIONS, namespace, body)
+            await self.kube.create(REVISIONS, namespace, spare)
         except KubeError as exc:
             if exc.status != 409:
                 raise
-            return False
-        return True
+        replaced = False
+        for _ in range(REPLACE_ATTEMPTS):
+            uid = str((held.get("metadata") or {}).get("uid", ""))
+            if uid:  # only that very placeholder: never what replaced it meanwhile
+                try:
+                    await self.kube.delete(REVISIONS, namespace, name, uid=uid)
+                except KubeError as exc:
+                    if exc.status not in (404, 409):
+                        raise
+            try:
+                await self.kube.create(REVISIONS, namespace, body)
+                replaced = True
+                break
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            try:
+                held = await self.kube.get(REVISIONS, namespace, name)
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                held = {}
+                continue
+            if not _placeholder(_data(held)):
+                break  # another replica's replacement: the copy is not needed
+        else:
+            return False  # a placeholder holds the name still: the copy is what is read
+        with contextlib.suppress(KubeError):
+            await self.kube.delete(REVISIONS, namespace, name + SPARE)
+        return replaced
 
     async def _list(self, namespace: str, uid: str) -> list[Obj]:
         items: list[Obj] = []
@@ -737,100 +798,132 @@ class History:
             items = await self._list(target.namespace, target.uid)
         except KubeError as exc:
             raise failure(exc, "reading a route's history", ROLE) from None
-        entries = {str(e.get("id")): e for e in map(_data, items) if e}
+        entries: dict[str, Obj] = {}
+        for e in map(_data, items):
+            # One entry per change: a replacement (or its spare copy) over a placeholder.
+            held = entries.get(str(e.get("id")))
+            if e and (held is None or _placeholder(held)):
+                entries[str(e.get("id"))] = e
         if self._legacy_left is not False:
             for e in await self._legacy(target):
                 entries.setdefault(str(e.get("id")), e)
         out = sorted(entries.values(), key=_order, reverse=True)
-        return out[: self.limit] if self.limit else out
+        out = out[: self.limit] if self.limit else out
+        return [{**e, "migrated": e.get("migrated") is True} for e in out]
 
     # -- carrying over the ConfigMaps of earlier versions ----------------------------------
 
     async def _legacy(self, target: Target) -> list[Obj]:
-        """The entries an earlier version kept for this CR in its ConfigMap, if still there."""
+        """The entries an earlier version kept for this CR in its ConfigMap, if still there
+        and one it wrote (see `_refusal`)."""
+        since = await self._crd_created()
+        wanted = legacy_name(target.kind.name, target.name)
         for cm in await self._legacy_maps(target.namespace):
-            if _legacy_owner(cm) == target.uid:
-                return _legacy_entries(cm)
+            if (cm.get("metadata") or {}).get("name") != wanted:
+                continue
+            why = _refusal(cm, target.kind, target.obj, since)
+            if why is not None:
+                self._left_alone(cm, why)
+                return []
+            return self._carried_entries(cm, target.kind, target.obj)
         return []
 
-    async def _legacy_maps(self, namespace: str | None) -> list[Obj]:
+    async def _legacy_page(self, namespace: str | None, continue_: str | None = None) -> Obj:
         try:
-            page = await self.kube.list_config_maps(namespace, LEGACY_LABEL)
+            return await self.kube.list_config_maps(namespace, LEGACY_LABEL, continue_=continue_)
         except KubeError as exc:
             if exc.status in (403, 404):
                 if exc.status == 403 and self._legacy_left is None:
                     log.warning(
                         "may not list ConfigMaps: history kept by an earlier version, if any "
-                        "is left, is not carried over (docs/deploying.md: slo-api:history)"
+                        "is left, is not carried over (docs/upgrade.md: "
+                        "slo-api:history-migration)"
                     )
                     self._legacy_left = False
-                return []  # the grant dropped once carried: nothing to carry
-            raise failure(exc, "reading the history of an earlier version", ROLE) from None
+                return {}  # the grant dropped once carried: nothing to carry
+            raise failure(
+                exc, "reading the history of an earlier version", MIGRATION_ROLE
+            ) from None
+
+    async def _legacy_maps(self, namespace: str | None) -> list[Obj]:
+        page = await self._legacy_page(namespace)
         return [i for i in page.get("items") or [] if isinstance(i, dict)]
 
+    async def _crd_created(self) -> datetime | None:
+        """When the RouteRevision CRD was made: the ConfigMaps of earlier versions are older."""
+        if not self._crd_read:
+            try:
+                crd = await self.kube.get_crd(REVISIONS_CRD)
+            except KubeError as exc:
+                if exc.status not in (403, 404):
+                    raise failure(
+                        exc, "reading the history of an earlier version", MIGRATION_ROLE
+                    ) from None
+                log.warning(
+                    "cannot read the CRD %s (%s): without its age no ConfigMap of an earlier "
+                    "version can be told from one made since, so none is carried over "
+                    "(docs/upgrade.md)",
+                    REVISIONS_CRD,
+                    exc.status,
+                )
+                crd = {}
+            self._revisions_since = _timestamp((crd.get("metadata") or {}).get("creationTimestamp"))
+            self._crd_read = True
+        return self._revisions_since
+
     async def migrate(self, namespaces: tuple[str, ...] | None = None) -> int:
-        """Carry every ConfigMap history over into revisions, then delete it; returns the
-        entries carried. Safe on any replica at any time: creates of what exists are no-ops,
-        and a ConfigMap is deleted only as it was read (its resourceVersion)."""
+        """Carry every ConfigMap history an earlier version wrote over into revisions, then
+        delete it; returns the entries carried. Safe on any replica at any time: creates of
+        what exists are no-ops, and a ConfigMap is deleted only as it was read (its
+        resourceVersion). A ConfigMap or an entry that is not an earlier version's is left
+        alone and logged; one failing create is skipped, unless the API server is away (then
+        the whole is retried)."""
         carried = 0
+        since = await self._crd_created()
         for namespace in namespaces or (None,):
-            # A page at a time: each is deleted once carried, so the next list has the rest.
-            while maps := await self._legacy_maps(namespace):
-                for cm in maps:
-                    carried += await self._carry(cm)
-                if len(maps) < LEGACY_PAGE:
+            continue_: str | None = None
+            while since is not None:
+                page = await self._legacy_page(namespace, continue_)
+                for cm in page.get("items") or []:
+                    if isinstance(cm, dict):
+                        carried += await self._carry(cm, since)
+                continue_ = (page.get("metadata") or {}).get("continue") or None
+                if not continue_:
                     break
         self._legacy_left = False
         if carried:
             log.info("carried %d history entries over from ConfigMaps into revisions", carried)
         return carried
 
-    async def _carry(self, cm: Obj) -> int:
+    async def _carry(self, cm: Obj, since: datetime) -> int:
         meta = cm.get("metadata") or {}
         namespace = str(meta.get("namespace", ""))
-        refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
-        owner = refs[0] if refs else None
-        kind = next(
-            (
-                k
-                for k in self.kinds.values()
-                if k.name == (meta.get("labels") or {}).get(LEGACY_LABEL)
-            ),
-            None,
-        )
-        if owner is not None and kind is not None:
-            uid = str(owner.get("uid", ""))
-            for entry in _legacy_entries(cm):
-                entry = {
-                    **entry,
-                    "changes": [
-                        {**c, "from": capped(c.get("from")), "to": capped(c.get("to"))}
-                        for c in entry.get("changes") or []
-                        if isinstance(c, dict)
-                    ],
-                    "clientRequestId": None,
-                    "migrated": True,
-                }
-                body = {
-                    "apiVersion": f"{REVISIONS.group}/{REVISIONS.version}",
-                    "kind": "RouteRevision",
-                    "metadata": {
-                        "name": revision_name(uid, str(entry.get("id"))),
-                        "namespace": namespace,
-                        "labels": {
-                            "app.kubernetes.io/managed-by": SELF,
-                            UID_LABEL: uid,
-                            KIND_LABEL: kind.name,
-                        },
-                        "ownerReferences": [owner],
-                    },
-                    "data": orjson.dumps(entry).decode(),
-                }
-                try:
-                    await self.kube.create(REVISIONS, namespace, body)
-                except KubeError as exc:
-                    if exc.status != 409:
-                        raise
+        kind, cr = await self._legacy_owner(cm)
+        why = _refusal(cm, kind, cr, since)
+        if why is not None or kind is None or cr is None:
+            self._left_alone(cm, why or "")
+            return 0
+        entries = self._carried_entries(cm, kind, cr)
+        left = len(_legacy_raw(cm)) - len(entries)
+        carried = 0
+        for entry in entries:
+            body = self._revision(kind, cr, entry)
+            try:
+                await self._carry_one(body, entry)
+                carried += 1
+            except KubeError as exc:
+                if _passing(exc):
+                    raise  # the API server away: the migration is retried as a whole
+                left += 1
+                log_failure(log, exc, f"carrying entry {entry['id']} of {_where(cm)}", ROLE)
+        if left:
+            self._note(
+                (namespace, str(meta.get("name")), "kept"),
+                "%s kept: %d of its entries were not carried over (logged above)",
+                _where(cm),
+                left,
+            )
+            return carried
         try:
             await self.kube.delete_config_map(
                 namespace, str(meta.get("name")), resource_version=str(meta.get("resourceVersion"))
@@ -838,7 +931,88 @@ class History:
         except KubeError as exc:
             if exc.status not in (404, 409):
                 raise
-        return len(_legacy_entries(cm))
+        return carried
+
+    async def _carry_one(self, body: Obj, entry: Obj) -> None:
+        """Create one carried revision. Where a placeholder holds its name (a write an old
+        pod made during the rollout, seen here but not whose it was), the ConfigMap names its
+        caller: the placeholder gives way to what the watch saw, attributed to that caller."""
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            await self.kube.create(REVISIONS, namespace, body)
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        if entry["via"] != SELF or entry["actor"] == UNKNOWN:
+            return
+        held = await self.kube.get(REVISIONS, namespace, name)
+        seen = _data(held)
+        if not _placeholder(seen):
+            return
+        named = {
+            **seen,
+            "actor": entry["actor"],
+            "requestId": entry["requestId"],
+            "clientRequestId": None,
+            "migrated": True,
+        }
+        await self._replace({**body, "data": orjson.dumps(named).decode()}, held)
+
+    async def _legacy_owner(self, cm: Obj) -> tuple[Kind | None, Obj | None]:
+        """The kind the ConfigMap is labelled with and the CR its owner reference names, as
+        the API server has it now (None: no such kind or CR)."""
+        meta = cm.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(LEGACY_LABEL)
+        kind = next((k for k in self.kinds.values() if k.name == label), None)
+        if kind is None:
+            return None, None
+        for ref in meta.get("ownerReferences") or []:
+            if not isinstance(ref, dict):
+                continue
+            group = str(ref.get("apiVersion", "")).partition("/")[0]
+            res = kind.resources.get(group)
+            if res is None or not isinstance(ref.get("name"), str):
+                continue
+            try:
+                cr = await self.kube.get(res, str(meta.get("namespace", "")), ref["name"])
+            except KubeError as exc:
+                if exc.status not in (403, 404):
+                    raise
+                continue
+            if uid_of(cr) == ref.get("uid"):
+                return kind, cr
+        return kind, None
+
+    def _carried_entries(self, cm: Obj, kind: Kind, cr: Obj) -> list[Obj]:
+        """The entries of an earlier version's ConfigMap as revisions hold them; each other
+        one logged (once) and left out."""
+        rv = _decimal(resource_version(cr))
+        out: dict[str, Obj] = {}
+        for n, raw in enumerate(_legacy_raw(cm)):
+            entry, why = _legacy_entry(raw, kind, rv or "")
+            if entry is None:
+                shown = raw.get("id") if isinstance(raw, dict) else raw
+                self._note(
+                    (*_key(cm), str(n)),
+                    "entry %d (id %s) of %s left out: %s",
+                    n,
+                    repr(shown)[:40],
+                    _where(cm),
+                    why,
+                )
+            else:
+                out.setdefault(entry["id"], entry)
+        return list(out.values())
+
+    def _left_alone(self, cm: Obj, why: str) -> None:
+        self._note(_key(cm), "%s left alone: %s (not carried over, not deleted)", _where(cm), why)
+
+    def _note(self, key: tuple[str, ...], message: str, *args: Any) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            log.warning(message, *args)
 
     async def close(self) -> None:
         """Let the recordings under way finish, those waiting out their grace included
@@ -875,15 +1049,149 @@ def _data(revision: Obj) -> Obj:
     return value if isinstance(value, dict) else {}
 
 
-def _legacy_owner(cm: Obj) -> str | None:
-    refs = (cm.get("metadata") or {}).get("ownerReferences") or []
-    return next((str(r.get("uid")) for r in refs if isinstance(r, dict)), None)
+def _placeholder(entry: Obj) -> bool:
+    """A revision left for a change through slo-api that no replica could attribute."""
+    return entry.get("actor") == UNKNOWN and entry.get("via") == SELF and not entry.get("migrated")
 
 
-def _legacy_entries(cm: Obj) -> list[Obj]:
+# -- what an earlier version wrote -------------------------------------------------------------
+
+
+def legacy_name(kind_name: str, name: str) -> str:
+    """The ConfigMap an earlier version kept a CR's history in, as it named it."""
+    full = f"slo-history.{kind_name}.{name}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
+    return f"{full[: MAX_NAME - len(digest) - 1].rstrip('.-')}.{digest}"
+
+
+def _decimal(value: Any) -> str | None:
+    """`value` if it is a resourceVersion as etcd writes one (ASCII digits, no leading zero,
+    a uint64), else None. isdecimal() alone admits other scripts' digits, isdigit() even
+    "¹", which int() refuses."""
+    if not isinstance(value, str) or not 0 < len(value) <= RV_DIGITS:
+        return None
+    if not (value.isascii() and value.isdecimal()) or (value[0] == "0" and value != "0"):
+        return None
+    return value
+
+
+def _not_after(ident: str, rv: str) -> bool:
+    """Two `_decimal`s compared as the numbers they write, with no int(): the longer is the
+    larger, and of equal length the text orders them."""
+    return (len(ident), ident) <= (len(rv), rv)
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _refusal(cm: Obj, kind: Kind | None, cr: Obj | None, since: datetime | None) -> str | None:
+    """Why `cm` is not the ConfigMap an earlier version kept the history of the CR `cr` in
+    (None: it may be). Nothing in it proves who wrote it (namespace editors may write
+    ConfigMaps), but its age does: the earlier version ran before the RouteRevision CRD."""
+    meta = cm.get("metadata") or {}
+    if kind is None:
+        return f"its label {LEGACY_LABEL} names no kind slo-api serves"
+    if cr is None:
+        return "no owner reference names a CR of that kind by its uid"
+    if meta.get("name") != legacy_name(kind.name, str((cr.get("metadata") or {}).get("name"))):
+        return "not named as the earlier version named its CR's history"
+    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
+    if not any(r.get("uid") == uid_of(cr) for r in refs):
+        return "not owned by its CR"
+    created = _timestamp(meta.get("creationTimestamp"))
+    if since is None:
+        return f"the age of the CRD {REVISIONS_CRD} is not known"
+    if created is None or not created < since:
+        return f"made no earlier than the CRD {REVISIONS_CRD}: not by an earlier version"
+    if _decimal(resource_version(cr)) is None:
+        # Opaque in general; the earlier version's ids were its CRs' resourceVersions, which
+        # it ordered as numbers: with a CR's not one, no id can be checked against it.
+        return "its CR's resourceVersion is not a number, so no id can be checked"
+    return None
+
+
+def _legacy_raw(cm: Obj) -> list[Any]:
     raw = (cm.get("data") or {}).get("entries")
     try:
-        value = orjson.loads(raw) if raw else []
+        value = orjson.loads(raw) if isinstance(raw, str) and raw else []
     except orjson.JSONDecodeError:
-        return []
-    return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+        return [raw]
+    return value if isinstance(value, list) else [value]
+
+
+def _text(value: Any, *, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return isinstance(value, str) and len(value) <= VALUE_CAP
+
+
+def _legacy_entry(raw: Any, kind: Kind, rv: str) -> tuple[Obj | None, str]:
+    """An earlier version's entry as a revision holds it (values capped as new ones are, and
+    `migrated`), or None and why it is not one that version wrote."""
+    if not isinstance(raw, dict):
+        return None, "not an object"
+    extra = sorted(str(k) for k in raw if k not in LEGACY_KEYS)
+    if extra:
+        return None, f"keys no earlier version wrote: {', '.join(extra)[:80]}"
+    ident = _decimal(raw.get("id"))
+    if ident is None:
+        return None, "its id is not a resourceVersion"
+    if not rv or not _not_after(ident, rv):
+        return None, "its id is after the CR's current resourceVersion"
+    if not all(_text(raw.get(k)) for k in ("time", "actor", "via")) or not _text(
+        raw.get("requestId"), optional=True
+    ):
+        return None, "time, actor, via or requestId is not a string of at most 8 KiB"
+    owned = OWNED.get(kind.name, ())
+    changes = raw.get("changes")
+    if not isinstance(changes, list) or not all(
+        isinstance(c, dict) and set(c) <= LEGACY_CHANGE_KEYS and c.get("field") in owned
+        for c in changes
+    ):
+        return None, "its changes are not a list of {field, from, to} of the kind's fields"
+    after = raw.get("after")
+    tops = {"route", "kind", *(f.split(".")[0] for f in owned)}
+    if not isinstance(after, dict) or not set(after) <= tops:
+        return None, "its after is not a body of the kind"
+    if not isinstance(after.get("pool", {}), dict):
+        return None, "its after's pool is not an object"
+    body: Obj = {}
+    for name, value in after.items():
+        if name == "pool":
+            body[name] = {str(k): capped(v) for k, v in value.items()}
+        else:
+            body[name] = value if name in ("route", "kind") else capped(value)
+    if not all(_text(body.get(k)) for k in ("route", "kind")):
+        return None, "its after names no route and kind"
+    return {
+        "id": ident,
+        "time": raw["time"],
+        "actor": raw["actor"],
+        "via": raw["via"],
+        "requestId": raw.get("requestId"),
+        "clientRequestId": None,
+        "changes": [
+            {"field": c["field"], "from": capped(c.get("from")), "to": capped(c.get("to"))}
+            for c in changes
+        ],
+        "after": body,
+        "migrated": True,
+    }, ""
+
+
+def _key(cm: Obj) -> tuple[str, str, str]:
+    meta = cm.get("metadata") or {}
+    return (str(meta.get("namespace")), str(meta.get("name")), str(meta.get("resourceVersion")))
+
+
+def _where(cm: Obj) -> str:
+    meta = cm.get("metadata") or {}
+    return f"history ConfigMap {meta.get('namespace')}/{meta.get('name')}"

@@ -496,13 +496,27 @@ class Kube:
         )
         return result
 
-    async def list_config_maps(self, namespace: str | None, label_selector: str) -> Obj:
+    async def list_config_maps(
+        self, namespace: str | None, label_selector: str, *, continue_: str | None = None
+    ) -> Obj:
         """The ConfigMaps a label selects (earlier versions' route histories), one page of
-        up to 500."""
+        up to 500 (the next with the answer's `continue`)."""
         scope = f"/namespaces/{namespace}" if namespace is not None else ""
         query = [("labelSelector", label_selector), ("limit", "500")]
+        if continue_:
+            query.append(("continue", continue_))
         result: Obj = await self._request(
             "configmap", "configmaps", "GET", f"/api/v1{scope}/configmaps", query=query
+        )
+        return result
+
+    async def get_crd(self, name: str) -> Obj:
+        """A CustomResourceDefinition (when slo-api's own was made: see history.migrate)."""
+        result: Obj = await self._request(
+            "get",
+            "customresourcedefinitions",
+            "GET",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
         )
         return result
 

@@ -119,6 +119,12 @@ class HistoryEntry(BaseModel):
         description="The GitOps owners in effect after the change, per field below spec: "
         "`{manager, operation, time}`",
     )
+    migrated: bool = Field(
+        False,
+        description="Carried over from the ConfigMap an earlier version kept the route's "
+        "history in: a store namespace editors could write, so its actor and values are as "
+        "trustworthy as that namespace's editors",
+    )
 
 
 class HistoryPage(BaseModel):

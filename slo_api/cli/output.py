@@ -231,15 +231,18 @@ def _change(change: dict[str, Any]) -> str:
 
 
 def history_table(entries: Sequence[dict[str, Any]]) -> str:
-    """One line per change, newest first: ID TIME ACTOR VIA CHANGES."""
+    """One line per change, newest first: ID TIME ACTOR VIA CHANGES. An entry carried over
+    from an earlier version's ConfigMap (a store namespace editors could write) says so
+    beside its actor."""
     rows = [["ID", "TIME", "ACTOR", "VIA", "CHANGES"]]
     for entry in entries:
         changes = entry.get("changes") or []
+        actor = _cell(entry.get("actor"))
         rows.append(
             [
                 _cell(entry.get("id")),
                 _cell(entry.get("time")),
-                _cell(entry.get("actor")),
+                f"{actor} (migrated)" if entry.get("migrated") is True else actor,
                 _cell(entry.get("via")),
                 ", ".join(_change(c) for c in changes if isinstance(c, dict)) or MISSING,
             ]

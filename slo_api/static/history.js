@@ -69,6 +69,11 @@ export async function showHistory(route, actions) {
     h("div", { class: "history-head" },
       h("span", { class: "history-time", text: entry.time }),
       h("span", { class: "history-actor", text: entry.actor + (entry.via === "slo-api" ? " via slo-api" : "") }),
+      // Carried over from an earlier version's ConfigMap: a store namespace editors could write.
+      entry.migrated === true
+        ? h("span", { class: "hint history-migrated", text: "migrated",
+                      title: "Carried over from the ConfigMap an earlier version kept this history in, which the namespace's editors could write" })
+        : null,
       digested(entry.after || {}).length
         ? h("span", { class: "hint", text: "Too large to restore (" + digested(entry.after).join(", ") + ")" })
         : h("button", { type: "button", class: "secondary history-restore", text: "Restore",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Dialog, Page, expect
 
@@ -85,3 +87,46 @@ def test_the_history_shows_who_changed_the_route_and_restores_an_entry(
     assert admin.get(SLO, "LLMSLORequirement", ns, route)["spec"]["priority"] == 5
     expect(entries).to_have_count(3)
     expect(entries.first).to_contain_text("priority: 7 → 5")
+
+
+def test_an_entry_carried_over_from_a_config_map_says_it_was_migrated(
+    page: Page, service: Service, samples: Samples, admin: Admin
+) -> None:
+    route = samples.route("history-migrated")
+    ns = samples.namespace()
+    admin.create(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": route, "namespace": ns},
+            "spec": {"serviceId": route, "priority": 2},
+        }
+    )
+    # The history as slo-api answers it after carrying an earlier version's ConfigMap over.
+    carried = {
+        "id": "7",
+        "time": "2025-12-01T00:00:00Z",
+        "actor": "bob",
+        "via": "slo-api",
+        "requestId": "r7",
+        "clientRequestId": None,
+        "changes": [{"field": "priority", "from": 1, "to": 2}],
+        "after": {"route": route, "kind": "llm", "priority": 2},
+        "migrated": True,
+    }
+    recorded = {**carried, "id": "9", "actor": "alice", "migrated": False}
+    page.route(
+        f"**/routes/{route}/history*",
+        lambda r: r.fulfill(
+            json={"items": [recorded, carried], "total": 2, "page": 1, "pageSize": 20}
+        ),
+    )
+    open_page(page, service.page_url, service.token)
+    open_route(page, route)
+    entries = page.locator("#history-body .history-entry")
+    expect(entries).to_have_count(2)
+    expect(entries.nth(0).locator(".history-migrated")).to_have_count(0)
+    expect(entries.nth(1).locator(".history-migrated")).to_have_text("migrated")
+    expect(entries.nth(1).locator(".history-migrated")).to_have_attribute(
+        "title", re.compile("editors could write")
+    )

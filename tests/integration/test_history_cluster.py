@@ -491,66 +491,6 @@ async def test_no_user_role_may_write_a_revision_and_none_may_be_rewritten(
     assert "immutable" in str(immutable.value.body)
 
 
-async def test_the_upgrade_carries_every_config_map_entry_over(
-    admin: Admin, slo_api_kubeconfig: Path
-) -> None:
-    ns, route, _ = _setup(admin)
-    cr = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")
-    old = [
-        {
-            "id": str(n),
-            "time": "2025-12-01T00:00:00Z",
-            "actor": "bob",
-            "via": "slo-api",
-            "requestId": f"r{n}",
-            "changes": [{"field": "priority", "from": n - 1, "to": n}],
-            "after": {"route": route, "kind": "llm", "priority": n},
-        }
-        for n in range(1, 6)
-    ]
-    admin.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": "slo-history.llm.chat",
-                "namespace": ns,
-                "labels": {"slo-api.modelsphere.dev/history-of": "llm"},
-                "ownerReferences": [
-                    {
-                        "apiVersion": crs.SLO,
-                        "kind": "LLMSLORequirement",
-                        "name": "chat",
-                        "uid": cr["metadata"]["uid"],
-                    }
-                ],
-            },
-            "data": {"entries": json.dumps(old)},
-        }
-    )
-    async with (
-        running(slo_api_kubeconfig) as one,
-        running(slo_api_kubeconfig) as two,
-    ):
-        for replica in (one, two):
-            await replica.eventually(_indexed(replica, route), what="indexed")
-
-        def carried() -> bool:
-            try:
-                admin.get("v1", "ConfigMap", ns, "slo-history.llm.chat")
-            except AdminError as exc:
-                return exc.status == 404
-            return False
-
-        await one.eventually(carried, within=60, what="the ConfigMap carried and deleted")
-        for replica in (one, two):
-            history = await _history(replica, route)
-            assert [(e["id"], e["actor"], e["requestId"]) for e in history["items"]] == [
-                (str(n), "bob", f"r{n}") for n in range(5, 0, -1)
-            ]
-    assert len(_revisions(admin, ns, cr["metadata"]["uid"])) == 5
-
-
 async def test_a_replica_whose_watch_lags_records_nothing_twice(
     admin: Admin, slo_api_kubeconfig: Path, cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -86,6 +86,9 @@ def not_found() -> KubeError:
 class FakeKube:
     """Stands where `Kube` does (the runtime's `kube_factory`, or a `Kube` argument)."""
 
+    # When the RouteRevision CRD was created (what an earlier version's ConfigMaps predate).
+    CRD_CREATED = "2026-06-01T00:00:00Z"
+
     def __init__(
         self,
         objects: dict[str, list[Obj]] | None = None,
@@ -103,6 +106,15 @@ class FakeKube:
         self.closed = False
         self.timeout = 5.0
         self.config_maps: dict[tuple[str, str], Obj] = {}
+        # CRDs by name (only what the code under test reads of them).
+        self.crds: dict[str, Obj] = {
+            "routerevisions.slo-api.modelsphere.dev": {
+                "metadata": {
+                    "name": "routerevisions.slo-api.modelsphere.dev",
+                    "creationTimestamp": self.CRD_CREATED,
+                }
+            }
+        }
         # Whether a patch is sent to the open watches, as the API server does (off: a test
         # that delivers the events itself, in the order it wants).
         self.watch_writes = True
@@ -278,7 +290,16 @@ class FakeKube:
         del self.objects[(res.plural, namespace, name)]
         return {"status": "Success"}
 
-    async def list_config_maps(self, namespace: str | None, label_selector: str) -> Obj:
+    async def get_crd(self, name: str) -> Obj:
+        await self._called("get_crd", name)
+        crd = self.crds.get(name)
+        if crd is None:
+            raise not_found()
+        return copy.deepcopy(crd)
+
+    async def list_config_maps(
+        self, namespace: str | None, label_selector: str, *, continue_: str | None = None
+    ) -> Obj:
         await self._called("list_config_maps", namespace, label_selector)
         return {
             "items": [

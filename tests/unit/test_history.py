@@ -441,8 +441,17 @@ async def test_history_kept_in_config_maps_is_carried_over_and_readable_meanwhil
             "name": "slo-history.llm.cr-1",
             "namespace": "ns",
             "resourceVersion": "7",
+            # Made before the RouteRevision CRD was: an earlier version's.
+            "creationTimestamp": "2026-05-01T00:00:00Z",
             "labels": {LEGACY_LABEL: "llm"},
-            "ownerReferences": [{"kind": "LLMSLORequirement", "name": "cr-1", "uid": "uid-cr-1"}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "inference.modelsphere.dev/v1alpha1",
+                    "kind": "LLMSLORequirement",
+                    "name": "cr-1",
+                    "uid": "uid-cr-1",
+                }
+            ],
         },
         "data": {"entries": orjson.dumps(old).decode()},
     }

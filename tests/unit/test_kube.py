@@ -90,6 +90,8 @@ async def test_each_call_sends_its_request(
     await kube.create_event("team-a", {"metadata": {"namespace": "team-a"}})
     await kube.list_config_maps("team-a", "app=x")
     await kube.delete_config_map("team-a", "h", resource_version="7")
+    await kube.list_config_maps(None, "app=x", continue_="c2")
+    await kube.get_crd("routerevisions.slo-api.modelsphere.dev")
 
     base = "/apis/inference.modelsphere.dev/v1alpha1/namespaces/team-a/llmslorequirements"
     assert server.requests == [
@@ -132,8 +134,20 @@ async def test_each_call_sends_its_request(
                 "preconditions": {"resourceVersion": "7"},
             },
         ),
+        (
+            "GET",
+            "/api/v1/configmaps",
+            {"labelSelector": "app=x", "limit": "500", "continue": "c2"},
+            None,
+        ),
+        (
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/routerevisions.slo-api.modelsphere.dev",
+            {},
+            None,
+        ),
     ]
-    assert [code for _, code in observed] == ["200"] * 6
+    assert [code for _, code in observed] == ["200"] * 8
     assert [verb for verb, _ in observed][:3] == ["list", "patch", "subjectaccessreview"]
 
 

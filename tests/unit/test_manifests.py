@@ -409,6 +409,34 @@ def _watch_namespaces(deployment: Obj) -> list[str]:
     return str(env.get("WATCH_NAMESPACES") or "").split(",")
 
 
+# Until the history of earlier versions is carried over (slo-api:history-migration): when the
+# RouteRevision CRD was made, and list and delete (never get, create or update) on ConfigMaps.
+REVISIONS_CRD_AGE = {
+    "apiGroups": ["apiextensions.k8s.io"],
+    "resources": ["customresourcedefinitions"],
+    "resourceNames": ["routerevisions.slo-api.modelsphere.dev"],
+    "verbs": ["get"],
+}
+CARRY_CONFIG_MAPS = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "delete"]}
+
+
+def test_only_the_temporary_migration_role_touches_config_maps_and_names_its_end() -> None:
+    roles = {o["metadata"]["name"]: o for o in _load("rbac/rbac.yaml") if "rules" in o}
+    on_config_maps = {
+        name
+        for name, role in roles.items()
+        for rule in role["rules"]
+        if "configmaps" in rule["resources"]
+    }
+    assert on_config_maps == {"slo-api:history-migration"}
+    assert roles["slo-api:history-migration"]["rules"] == [CARRY_CONFIG_MAPS, REVISIONS_CRD_AGE]
+    # Its own binding, so that removing it is deleting two objects and touches no other grant.
+    bindings = [o for o in _load("rbac/rbac.yaml") if o["kind"] == "ClusterRoleBinding"]
+    assert [b["roleRef"]["name"] for b in bindings].count("slo-api:history-migration") == 1
+    upgrade = (REPO / "docs" / "upgrade.md").read_text()
+    assert "slo-api:history-migration" in upgrade
+
+
 def test_the_namespaced_overlay_lists_its_directory_and_the_base() -> None:
     listed = _kustomization(NAMESPACED)["resources"]
     assert sorted(listed) == sorted(["../../manager", *(p.name for p in _yaml_files(NAMESPACED))])
@@ -421,8 +449,12 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces()
     # Role can grant that) and the binding that lets it review callers (TokenReview and
     # SubjectAccessReview are not namespaced), to the built-in role.
     read_namespaces = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": READ}]
-    assert [o["rules"] for o in built if o["kind"] == "ClusterRole"] == [read_namespaces]
+    # And, until the history of earlier versions is carried over, reading when the
+    # RouteRevision CRD was made (a CRD is cluster-wide too).
+    cluster_wide = [o["rules"] for o in built if o["kind"] == "ClusterRole"]
+    assert sorted(cluster_wide, key=str) == sorted([read_namespaces, [REVISIONS_CRD_AGE]], key=str)
     assert sorted(o["roleRef"]["name"] for o in built if o["kind"] == "ClusterRoleBinding") == [
+        "slo-api:history-migration",
         "slo-api:namespaces",
         "system:auth-delegator",
     ]
@@ -439,6 +471,7 @@ def test_the_namespaced_overlay_grants_roles_in_exactly_the_watched_namespaces()
         [r for r in cluster_roles["slo-api"]["rules"] if r != read_namespaces[0]]
         + cluster_roles["slo-api:events"]["rules"]
         + cluster_roles["slo-api:history"]["rules"]
+        + [r for r in cluster_roles["slo-api:history-migration"]["rules"] if r != REVISIONS_CRD_AGE]
     )
     roles = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "Role"}
     bindings = {o["metadata"]["namespace"]: o for o in built if o["kind"] == "RoleBinding"}

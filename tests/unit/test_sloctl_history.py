@@ -68,6 +68,23 @@ def test_history_prints_a_line_per_change_newest_first(
     assert json.loads(out) == ENTRIES
 
 
+def test_history_says_which_entries_were_carried_over_from_a_config_map(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SLO_API_URL", SERVER)
+    monkeypatch.setenv("SLO_API_TOKEN", "s3cret")
+    carried = [{**ENTRIES[0], "migrated": False}, {**ENTRIES[1], "migrated": True}]
+    with respx.mock(base_url=SERVER, assert_all_mocked=True) as router:
+        router.get("/routes/chat-7b/history").respond(
+            json={"items": carried, "total": 2, "page": 1, "pageSize": 200}
+        )
+        code, out, _ = run(capsys, "history", "chat-7b")
+    assert code == 0
+    lines = out.splitlines()
+    assert "migrated" not in lines[1]
+    assert "token:write (migrated)" in lines[2]
+
+
 def test_revert_puts_the_entry_back_conditionally_removing_what_it_lacked(
     api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
 ) -> None:
