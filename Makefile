@@ -28,7 +28,7 @@ controlplane: venv
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check slo_api controlplane tests bench release
+	$(PY) -m ruff format --check slo_api controlplane tests bench release robustness
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
