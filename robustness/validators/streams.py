@@ -74,7 +74,6 @@ def _sessions(recording: Recording) -> dict[str, dict[int, list[Stream]]]:
 def streams(recording: Recording, ground: Ground) -> list[Violation]:
     found: list[Violation] = []
     windows = fault_windows(recording)
-    lag = float(recording.settings.get("truth_lag_seconds", 5.0))
     kinds = {s.route: s.kind for h in ground.states.values() for s in h}
     spaces: dict[str, set[str]] = defaultdict(set)
     for h in ground.states.values():
@@ -161,11 +160,13 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                 at = pointer.get(route)
                 if at is None:
                     candidates = [i for i, st in enumerate(steps) if st.value == value]
-                    early = [i for i in candidates if steps[i].time <= record.time + lag]
+                    # The latest such state the harness had seen by then; else the first (the
+                    # harness's watch may trail the replica's).
+                    early = [i for i in candidates if steps[i].time <= record.time]
                     if not candidates:
                         flag(f"shows {value}, a state the route never had", route, record)
                         continue
-                    pointer[route] = (early or candidates)[-1]
+                    pointer[route] = early[-1] if early else candidates[0]
                 else:
                     later = [i for i in range(at, len(steps)) if steps[i].value == value]
                     if not later:

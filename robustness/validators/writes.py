@@ -45,6 +45,42 @@ def slo_api_writes(recording: Recording) -> list[Request]:
     ]
 
 
+def _sent_fields(request: Request, kind: str) -> set[str]:
+    """The owned fields a write (through slo-api or around it) names."""
+    if request.replica != KUBE:
+        return written_fields(kind, request.method, request.request_body)
+    body = request.request_body if isinstance(request.request_body, dict) else {}
+    spec = body.get("spec")
+    return {f for f in OWNED.get(kind, ()) if isinstance(spec, dict) and spec_key(f) in spec}
+
+
+def made_by(recording: Recording, request: Request, before: State, state: State) -> bool:
+    """Whether `request` made the change to `state`, not only answered it. A write that
+    changes nothing sends no patch and answers the version that stood: another writer's. Of
+    the acknowledged writes that answered that version, the one that names what changed made
+    it; a write conditional on that very version changed nothing."""
+    if etag_version(request.sent_header("If-Match")) == state.rv:
+        return False
+    changed = {
+        f for f in set(before.owned) | set(state.owned) if before.owned.get(f) != state.owned.get(f)
+    }
+    rivals = [
+        r
+        for r in recording.requests
+        if r is not request
+        and r.status is not None
+        and 200 <= r.status < 300
+        and not is_dry_run(r)
+        and answered_version(r) == state.rv
+        and (r.replica == KUBE or r.method in WRITES)
+    ]
+    if not rivals:
+        return True
+    if changed and changed <= _sent_fields(request, state.kind):
+        return True
+    return not any(changed and changed <= _sent_fields(r, state.kind) for r in rivals)
+
+
 def _in_gap(ground: Ground, rv: int) -> bool:
     """The harness's watch missed the states around `rv` (it broke and listed again)."""
     return any(
@@ -108,7 +144,7 @@ def acknowledged_writes(recording: Recording, ground: Ground) -> list[Violation]
                     )
                 )
         before = ground.previous(state)
-        if before is None or state.after_gap or before.rv == state.rv:
+        if before is None or state.after_gap or not made_by(recording, r, before, state):
             continue
         sent = written_fields(state.kind, r.method, r.request_body)
         changed = {
@@ -230,7 +266,9 @@ def gitops(recording: Recording, ground: Ground) -> list[Violation]:
         rv = answered_version(r)
         state = ground.by_rv.get(rv) if rv is not None else None
         before = ground.previous(state) if state is not None else None
-        if state is None or before is None or state.after_gap or before.rv == state.rv:
+        if state is None or before is None or state.after_gap:
+            continue
+        if not made_by(recording, r, before, state):
             continue
         for name in sorted(set(before.owned) | set(state.owned)):
             if before.owned.get(name) == state.owned.get(name):

@@ -150,8 +150,10 @@ class Builder:
         query: str = "",
         status: int = 200,
         spec: Obj | None = None,
+        noop: bool = False,
     ) -> Request:
-        """A PUT through slo-api; `spec` overrides what it stores (to plant a bad write)."""
+        """A PUT through slo-api; `spec` overrides what it stores (to plant a bad write);
+        `noop`: it changed nothing (it answers the version that stood)."""
         obj = self.crs[route]
         headers = {"X-Request-Id": f"req-{next(self._ids)}"}
         if if_match is not None:
@@ -167,7 +169,7 @@ class Builder:
             request_headers=headers,
             request_body=body,
         )
-        if 200 <= status < 300 and "dryRun=true" not in query:
+        if 200 <= status < 300 and "dryRun=true" not in query and not noop:
             before, obj = self._store(
                 route, spec if spec is not None else _spec_of(body), "slo-api"
             )

@@ -92,6 +92,14 @@ def test_a_write_that_clobbered_a_field_outside_the_owned_ones_is_caught() -> No
     assert "spec.model" in found[0].message
 
 
+def test_a_write_that_changed_nothing_is_not_blamed_for_the_change_before_it() -> None:
+    b = clean()
+    b.change("chat", {"minimumDeployment": {"type": "replica", "value": 3}})
+    b.put("chat", {"priority": 5}, noop=True)
+    b.put("chat", {"priority": 5}, noop=True, if_match=f'"{b.rv}"')
+    assert validate(b.finish()) == []
+
+
 # -- history -----------------------------------------------------------------------------
 
 
