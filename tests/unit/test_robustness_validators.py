@@ -239,6 +239,16 @@ def test_a_gap_while_a_fault_is_under_way_is_not_held_against_slo_api() -> None:
     assert validate(b.finish()) == []
 
 
+def test_a_route_recreated_as_it_was_right_after_a_stream_opened_is_followed() -> None:
+    b = clean()
+    b.tick(60)
+    b.create("fresh", "llm", "a")
+    b.watch("w3")
+    b.delete_cr("fresh")
+    b.create("fresh", "llm", "a")  # the same values under a new uid, a second later
+    assert validate(b.finish()) == []
+
+
 def test_a_stream_showing_a_namespace_it_may_not_see_is_caught() -> None:
     b = clean()
     session = next(s for s in b.sessions if s.identity == "team-a")
