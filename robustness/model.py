@@ -256,9 +256,10 @@ def build(recording: Recording) -> Ground:
             if record.event == "DELETED":
                 if key in truth.revisions:
                     truth.revisions[key].deleted = record.time
-            else:
-                truth.revisions.setdefault(
-                    key, Revision(uid, int(ident), entry or {}, record.time, namespace)
+            elif key not in truth.revisions or truth.revisions[key].deleted is not None:
+                # A placeholder replaced by its writer is deleted and created again.
+                truth.revisions[key] = Revision(
+                    uid, int(ident), entry or {}, record.time, namespace
                 )
             continue
         if record.resource == LIMITS:

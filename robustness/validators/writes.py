@@ -58,9 +58,10 @@ def made_by(recording: Recording, request: Request, before: State, state: State)
     """Whether `request` made the change to `state`, not only answered it. A write that
     changes nothing sends no patch and answers the version that stood: another writer's. Of
     the acknowledged writes that answered that version, the one that names what changed made
-    it; a write conditional on that very version changed nothing."""
-    if etag_version(request.sent_header("If-Match")) == state.rv:
-        return False
+    it; a write conditional on that very version, or sent after the harness saw it, changed
+    nothing."""
+    if etag_version(request.sent_header("If-Match")) == state.rv or state.time < request.sent:
+        return False  # that version stood before the write was sent (the harness saw it)
     changed = {
         f for f in set(before.owned) | set(state.owned) if before.owned.get(f) != state.owned.get(f)
     }

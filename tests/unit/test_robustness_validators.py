@@ -168,6 +168,29 @@ def test_a_recreated_cr_sharing_its_history_is_caught() -> None:
     assert "mixes the revisions of 2 CRs" in found[0].message
 
 
+def test_a_revision_replaced_by_its_writer_is_kept() -> None:
+    b = clean()
+    b.put("chat", {"priority": 6})
+    placeholder = _revisions(b)[-1]
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", placeholder.object))
+    b.recording.add(Truth(b.tick(), "routerevisions", "ADDED", placeholder.object))
+    b.put("chat", {"priority": 7})
+    assert validate(b.finish()) == []
+
+
+def test_a_late_placeholder_for_a_deleted_cr_is_not_held_against_slo_api() -> None:
+    b = clean()
+    write = b.put("chat", {"priority": 6})
+    obj = copy.deepcopy(b.crs["chat"])
+    b.delete_cr("chat")
+    [entry] = [
+        t for t in _revisions(b) if t.object["data"]["id"] == str(write.header("ETag")).strip('"')
+    ]
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", entry.object))  # collected
+    b.revision(obj, entry.object["data"]["changes"], {"actor": "unknown", "via": "slo-api"})
+    assert validate(b.finish()) == []
+
+
 def test_the_retention_bound_is_checked() -> None:
     b = clean()
     b.recording.meta.settings["history_entries"] = 2
@@ -295,6 +318,15 @@ def test_a_412_after_a_real_change_passes() -> None:
     read = b.put("chat", {"priority": 1})
     b.change("chat", {"priority": 2})
     b.put("chat", {"priority": 3}, if_match=read.header("ETag"), status=412)
+    assert validate(b.finish()) == []
+
+
+def test_a_write_that_changed_nothing_after_a_gitops_field_changed_is_not_blamed() -> None:
+    b = clean()
+    _argo_managed(b)
+    b.change("gitops", {"priority": 2})  # kubectl-edit over Argo CD's field
+    b.tick(2)
+    b.put("gitops", {"highPriority": False}, noop=True)  # keeps a stored 1..9: no change
     assert validate(b.finish()) == []
 
 
