@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv lock image release podman test-tools prometheus controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak clean
+.PHONY: venv lock image release podman test-tools prometheus controlplane chromium test lint unit integration browser screenshot cluster demo openapi docs bench soak robustness clean
 
 venv: $(STAMP)
 
@@ -28,7 +28,7 @@ controlplane: venv
 
 lint: venv
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check slo_api controlplane tests bench release
+	$(PY) -m ruff format --check slo_api controlplane tests bench release robustness
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
@@ -120,6 +120,14 @@ docs: venv
 # A longer bounded soak against the real control plane; prints its figures as JSON.
 soak: venv controlplane
 	$(PY) -m tests.soak --duration 300
+
+# The robustness harness: seeded random traffic and faults against the real control plane and
+# two slo-api replicas, recorded and validated (docs/development.md); not part of `make test`.
+# DURATION seconds of traffic (120), SEED (random, printed); recording and report under
+# .robustness/. NO="kill pause" turns faults off.
+robustness: venv controlplane
+	$(PY) -m robustness run --duration $(or $(DURATION),120) $(if $(SEED),--seed $(SEED)) \
+	  $(foreach fault,$(NO),--no-$(fault))
 
 # Benchmarks against side-by-side baselines; not part of `make test`. Writes BENCHMARKS.md and
 # bench/results.json; installs Debian's wrk when missing and run as root. About 23 minutes.

@@ -214,6 +214,12 @@ class ControlPlane:
     def stop_apiserver(self) -> None:
         self._apiserver.stop()
 
+    def signal_apiserver(self, signum: int) -> None:
+        """Send kube-apiserver a signal (the robustness harness pauses it: SIGSTOP, SIGCONT)."""
+        proc = self._apiserver.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signum)
+
     def restart_apiserver(self) -> None:
         self.stop_apiserver()
         self.start_apiserver()

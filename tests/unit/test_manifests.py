@@ -921,6 +921,6 @@ def test_the_build_context_keeps_what_the_build_copies_and_drops_the_rest() -> N
     for needed in (*built_from, "requirements.lock", "requirements-build.lock"):
         assert needed not in patterns, needed
         assert not any(re.fullmatch(p.replace("*", ".*"), needed) for p in patterns), needed
-    for dropped in (".git", ".venv", "tests", ".cluster", ".demo", "**/__pycache__"):
+    for dropped in (".git", ".venv", "tests", "robustness", ".cluster", ".demo", "**/__pycache__"):
         assert dropped in patterns, dropped
     assert "controlplane" in patterns or "controlplane/go" in patterns

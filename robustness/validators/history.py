@@ -1,0 +1,242 @@
+"""The route history: every change of a client-owned field exactly once, in order, with the
+right actor; nothing for a change that never happened; one history per CR; the bound kept."""
+
+from __future__ import annotations
+
+from robustness.model import (
+    WRITES,
+    Ground,
+    Revision,
+    State,
+    answered_version,
+    during_fault,
+    fault_windows,
+    is_dry_run,
+    item_owned,
+    route_of_path,
+)
+from robustness.recording import KUBE, Recording, Request
+from robustness.validators.base import Violation, around, describe_request, describe_state
+
+PROMISE = (
+    "every change of a route's client-owned fields is exactly one revision, in order, with the "
+    "right actor; no revision for a change that never happened; re-created CRs keep separate "
+    "histories; the retention bound holds"
+)
+UNKNOWN = "unknown"
+# How long after a write a fault on its replica may take the write's event with it (the writer
+# died before recording: the others record it as `unknown` via slo-api).
+DIED_WITHIN = 30.0
+
+
+def _changes(
+    before: dict[str, object], after: dict[str, object]
+) -> dict[str, tuple[object, object]]:
+    return {
+        f: (before.get(f), after.get(f))
+        for f in sorted(set(before) | set(after))
+        if before.get(f) != after.get(f)
+    }
+
+
+def _recorded(rev: Revision) -> dict[str, tuple[object, object]]:
+    return {
+        str(c.get("field")): (c.get("from"), c.get("to"))
+        for c in rev.data.get("changes") or []
+        if isinstance(c, dict)
+    }
+
+
+def _writers(recording: Recording) -> dict[int, Request]:
+    """The acknowledged writes, by the resourceVersion they answered."""
+    found: dict[int, Request] = {}
+    for r in recording.requests:
+        if r.status is None or not 200 <= r.status < 300 or is_dry_run(r):
+            continue
+        if r.replica == KUBE or r.method in WRITES:
+            rv = answered_version(r)
+            if rv is not None:
+                found.setdefault(rv, r)
+    return found
+
+
+def _expected_actor(recording: Recording, writer: Request) -> str:
+    identity = recording.settings.get("identities", {}).get(writer.identity) or {}
+    return str(identity.get("actor", writer.identity))
+
+
+def _actor_problem(
+    recording: Recording, rev: Revision, state: State, writer: Request | None
+) -> str | None:
+    actor, via = rev.data.get("actor"), rev.data.get("via")
+    if writer is None:
+        if via == "slo-api" and actor != UNKNOWN:
+            ids = {
+                r.sent_header("X-Request-Id")
+                for r in recording.requests
+                if r.replica != KUBE and r.method in WRITES and answered_version(r) is None
+            }
+            if rev.data.get("clientRequestId") not in ids:
+                return f"names slo-api caller {actor!r}, but no slo-api write made this change"
+        return None
+    if writer.replica == KUBE:
+        manager = writer.identity
+        if actor == via == manager:
+            return None
+        holds = any(m.get("manager") == manager for m in state.managers)
+        if actor == UNKNOWN and not holds:
+            return None
+        return f"actor {actor!r} via {via!r}; the change was made by field manager {manager!r}"
+    expected = _expected_actor(recording, writer)
+    sent_id = writer.sent_header("X-Request-Id")
+    if via == "slo-api" and actor == expected and rev.data.get("clientRequestId") == sent_id:
+        return None
+    if via == "slo-api" and actor == UNKNOWN:
+        died = any(
+            f.target == writer.replica and writer.sent <= f.start <= writer.sent + DIED_WITHIN
+            for f in recording.faults
+        )
+        if died:
+            return None
+    return (
+        f"actor {actor!r} via {via!r} clientRequestId {rev.data.get('clientRequestId')!r}; "
+        f"the change was made through slo-api by {expected!r} with X-Request-Id {sent_id!r}"
+    )
+
+
+def history(recording: Recording, ground: Ground) -> list[Violation]:
+    found: list[Violation] = []
+    windows = fault_windows(recording)
+    writers = _writers(recording)
+
+    def violation(message: str, state: State, extra: list[str] | None = None) -> None:
+        found.append(
+            Violation(
+                "history", PROMISE, message, state.route, (extra or []) + around(ground, state)
+            )
+        )
+
+    revisions_of: dict[str, dict[int, Revision]] = {}
+    for each in ground.revisions.values():
+        revisions_of.setdefault(each.uid, {})[each.id] = each
+    for uid, states in ground.states.items():
+        by_id = revisions_of.get(uid, {})
+        versions = {s.rv for s in states}
+        for held in by_id.values():
+            if held.id not in versions and not _gapped(states, held.id):
+                found.append(
+                    Violation(
+                        "history",
+                        PROMISE,
+                        f"revision {held.id} of uid {uid[:8]} names a version that CR never had",
+                        states[0].route,
+                        [f"revision {held.data}", *(describe_state(s) for s in states[-3:])],
+                    )
+                )
+        if not states:
+            continue
+        last = states[0].owned
+        missing: State | None = None
+        # A revision created once its CR is gone is nobody's to read (the garbage collector
+        # removes it): a late placeholder for a deleted CR is not held against its actor.
+        gone = states[-1].time if states[-1].deleted else None
+        for s in states[1:]:
+            if s.deleted:
+                break
+            rev = by_id.get(s.rv)
+            if rev is not None:
+                after = item_owned(s.kind, rev.data.get("after") or {})
+                if after != s.owned:
+                    violation(f"revision {rev.id} says the fields became {after}", s)
+            if s.after_gap:
+                last, missing = s.owned, None
+                continue
+            if rev is None:
+                if s.owned != last and missing is None:
+                    missing = s
+                continue
+            expected, recorded = _changes(last, s.owned), _recorded(rev)
+            if not expected:
+                violation(f"revision {rev.id} records {recorded}: a change that never happened", s)
+            elif recorded != expected:
+                folded = missing is not None and during_fault(windows, missing.time, s.time)
+                if missing is not None and not folded:
+                    violation(
+                        f"no revision for the change at rv {missing.rv}: "
+                        f"revision {rev.id} records {recorded}, expected {expected}",
+                        missing,
+                    )
+                elif missing is None:
+                    violation(f"revision {rev.id} records {recorded}, expected {expected}", s)
+            writer = writers.get(s.rv)
+            problem = _actor_problem(recording, rev, s, writer)
+            if problem is not None and not (gone is not None and rev.time >= gone):
+                violation(
+                    f"wrong actor in revision {rev.id}: {problem}",
+                    s,
+                    [describe_request(writer)] if writer else [],
+                )
+            last, missing = s.owned, None
+        if missing is not None:
+            violation(f"no revision for the change at rv {missing.rv}", missing)
+    found += _reads(recording, ground)
+    found += _retention(recording, ground, revisions_of)
+    return found
+
+
+def _gapped(states: list[State], rv: int) -> bool:
+    return any(
+        states[i].after_gap and states[i - 1].rv < rv < states[i].rv for i in range(1, len(states))
+    )
+
+
+def _reads(recording: Recording, ground: Ground) -> list[Violation]:
+    """Each history read shows one CR's revisions only (a re-created CR starts over)."""
+    found: list[Violation] = []
+    for r in recording.requests:
+        bare = r.path.split("?", 1)[0]
+        if r.method != "GET" or not bare.endswith("/history") or r.status != 200:
+            continue
+        items = (r.response_body or {}).get("items") or []
+        uids = set()
+        for item in items:
+            ident = str(item.get("id", ""))
+            state = ground.by_rv.get(int(ident)) if ident.isdigit() else None
+            if state is not None:
+                uids.add(state.uid)
+        if len(uids) > 1:
+            found.append(
+                Violation(
+                    "history",
+                    PROMISE,
+                    f"one history read mixes the revisions of {len(uids)} CRs",
+                    route_of_path(bare.removesuffix("/history")),
+                    [describe_request(r)],
+                )
+            )
+    return found
+
+
+def _retention(
+    recording: Recording, ground: Ground, revisions_of: dict[str, dict[int, Revision]]
+) -> list[Violation]:
+    limit = int(recording.settings.get("history_entries", 20))
+    # Pruning runs once a CR may be a tenth over the bound (slo_api/history.py).
+    allowed = limit + limit // 10 + 1
+    found: list[Violation] = []
+    for uid, revs in revisions_of.items():
+        states = ground.states.get(uid) or []
+        if not states or states[-1].deleted:
+            continue
+        kept = sorted(r.id for r in revs.values() if r.deleted is None)
+        dropped = [r.id for r in revs.values() if r.deleted is not None]
+        problems = []
+        if len(kept) > allowed:
+            problems.append(f"{len(kept)} revisions kept, the bound is {limit}")
+        if kept and dropped and max(dropped) > kept[0]:
+            problems.append(f"revision {max(dropped)} was pruned before older {kept[0]}")
+        for problem in problems:
+            found.append(
+                Violation("history", PROMISE, problem, states[-1].route, [states[-1].where()])
+            )
+    return found

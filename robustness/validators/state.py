@@ -1,0 +1,193 @@
+"""What is stored and what each replica serves: convergence, guardrails, liveness."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from robustness.model import Ground, State, during_fault, fault_windows, item_owned, query
+from robustness.recording import KUBE, Recording
+from robustness.validators.base import Violation, around, describe_request
+
+CONVERGENCE = (
+    "each replica's index equals the API server within seconds of the last fault ending "
+    "(every route, every client-owned field)"
+)
+GUARDRAILS = (
+    "no stored CR beyond its namespace's caps, except where the ratchet or an exemption allows"
+)
+LIVENESS = (
+    "every request is answered; no 5xx except the documented 502/503/504 while the API server "
+    "or the replica is failing"
+)
+# The 5xx a request may get while a fault is under way: not_ready/unavailable, upstream
+# errors and timeouts (docs/api.md, Errors).
+DURING_FAULTS = (502, 503, 504)
+
+
+def convergence(recording: Recording, ground: Ground) -> list[Violation]:
+    """The final `/config?view=full` pages of each replica against the last ground truth."""
+    found: list[Violation] = []
+    pages: dict[str, dict[str, Any]] = defaultdict(dict)
+    for r in recording.requests:
+        if r.phase != "final" or r.method != "GET" or r.status != 200:
+            continue
+        if not r.path.startswith("/config?") or query(r.path).get("view") != "full":
+            continue
+        for item in (r.response_body or {}).get("items") or []:
+            pages[r.replica][str(item.get("route"))] = item
+    if not pages:
+        return []
+    live: dict[str, list[State]] = defaultdict(list)
+    for s in ground.last_states():
+        if s.route:
+            live[s.route].append(s)
+    last_fault = max((f.end or f.start for f in recording.faults), default=None)
+    for replica, items in sorted(pages.items()):
+        when = max(
+            r.sent for r in recording.requests if r.phase == "final" and r.replica == replica
+        )
+        since = f"{when - last_fault:.1f} s after the last fault ended" if last_fault else ""
+        for route in sorted(set(items) | set(live)):
+            claim, item = live.get(route, []), items.get(route)
+            if item is None:
+                problem = "missing from its /config" if claim else None
+            elif not claim:
+                problem = "listed, but no CR claims it"
+            elif len(claim) > 1:
+                problem = None if item.get("ambiguous") else "not shown as ambiguous"
+            elif item.get("ambiguous"):
+                problem = "shown as ambiguous, one CR claims it"
+            else:
+                shows = item_owned(claim[0].kind, item)
+                problem = None if shows == claim[0].owned else f"shows {shows}"
+            if problem is not None:
+                context = [describe_state(s) for s in claim] if claim else []
+                found.append(
+                    Violation(
+                        "convergence",
+                        CONVERGENCE,
+                        f"replica {replica} {since}: {problem}",
+                        route,
+                        context or [f"item {item}"],
+                    )
+                )
+    return found
+
+
+def describe_state(s: State) -> str:
+    return f"truth {s.where()}: {s.owned}"
+
+
+def _values(cap: str, spec: dict[str, Any]) -> list[float]:
+    if cap == "maxPriority":
+        return [spec.get("priority", 0)]
+    if cap in ("maxReplicas", "maxPDEngines"):
+        bound = spec.get("maximumDeployment")
+        wanted = "replica" if cap == "maxReplicas" else "pdengine"
+        if isinstance(bound, dict) and bound.get("type", "replica") == wanted:
+            return [bound.get("value", 0)]
+        return []
+    if cap == "maxQueueDepth":
+        queue = spec.get("queue")
+        return [queue.get("maxDepth", 0)] if isinstance(queue, dict) else []
+    section = spec.get("ttft" if cap == "minTTFTSeconds" else "otps")
+    if not isinstance(section, dict):
+        return []
+    sets = [section.get("default") or {}, *(section.get("ranges") or [])]
+    return [m["threshold"] for s in sets for m in s.get("metrics") or [] if "threshold" in m]
+
+
+CAPS_OF = {
+    "llm": ("maxPriority", "maxReplicas", "maxPDEngines", "minTTFTSeconds", "maxOTPS"),
+    "job": ("maxPriority", "maxReplicas", "maxQueueDepth"),
+}
+
+
+def _within(cap: str, limit: float, new: list[float], old: list[float]) -> bool:
+    """The policy's rule (config/guardrails/policy.yaml), ratchet included."""
+    if cap == "minTTFTSeconds":
+        return all(t >= limit or any(o <= t for o in old) for t in new)
+    if cap == "maxOTPS":
+        return all(t <= limit or any(o >= t for o in old) for t in new)
+    stored = old[0] if old else 0
+    return all(t <= limit or t <= stored for t in new)
+
+
+def guardrails(recording: Recording, ground: Ground) -> list[Violation]:
+    found: list[Violation] = []
+    exempt = set(recording.settings.get("exempt_namespaces", []))
+    lag = float(recording.settings.get("admission_lag_seconds", 2.0))
+    for history in ground.states.values():
+        for at, s in enumerate(history):
+            if s.deleted or s.kind not in CAPS_OF or s.namespace in exempt:
+                continue
+            before = history[at - 1] if at > 0 else None
+            if before is not None and before.spec == s.spec:
+                continue  # admission never rechecks what is stored
+            versions = ground.limits.get(s.namespace, [])
+            # The caps in effect when it was written, and those of moments before (the API
+            # server's admission reads its parameters from a cache that may trail).
+            current = [c for rv, _, c in versions if rv < s.rv][-1:]
+            recent = [c for rv, t, c in versions if rv < s.rv and t >= s.time - lag]
+            options = [c or {} for c in current + recent] or [{}]
+            old_spec = before.spec if before is not None and not before.after_gap else None
+            if old_spec is None and before is not None:
+                continue  # the change across a gap cannot be judged
+            broken: list[str] = []
+            for caps in options:
+                broken = [
+                    cap
+                    for cap in CAPS_OF[s.kind]
+                    if isinstance(caps.get(cap), int | float)
+                    and not _within(
+                        cap, caps[cap], _values(cap, s.spec), _values(cap, old_spec or {})
+                    )
+                ]
+                if not broken:
+                    break
+            if broken:
+                found.append(
+                    Violation(
+                        "guardrails",
+                        GUARDRAILS,
+                        f"stored beyond {broken} of {options[0]}",
+                        s.route,
+                        around(ground, s),
+                    )
+                )
+    return found
+
+
+def liveness(recording: Recording, ground: Ground) -> list[Violation]:
+    found: list[Violation] = []
+    windows = fault_windows(recording)
+    for r in recording.requests:
+        if r.replica == KUBE:
+            continue
+        end = r.answered or r.sent
+        faulty = during_fault(windows, r.sent, end)
+        if r.status is None:
+            if not faulty:
+                found.append(
+                    Violation("liveness", LIVENESS, "no answer", None, [describe_request(r)])
+                )
+        elif r.status >= 500 and not (faulty and r.status in DURING_FAULTS):
+            found.append(
+                Violation("liveness", LIVENESS, f"answered {r.status}", None, [describe_request(r)])
+            )
+    for record in recording.streams:
+        failed = record.what == "open" and record.status is not None and record.status >= 500
+        if failed and not (
+            during_fault(windows, record.time, record.time) and record.status in DURING_FAULTS
+        ):
+            found.append(
+                Violation(
+                    "liveness",
+                    LIVENESS,
+                    f"watcher {record.watcher} opened a stream: {record.status}",
+                    None,
+                    [f"t={record.time:.3f} {record.replica} since={record.since}"],
+                )
+            )
+    return found

@@ -1,0 +1,450 @@
+"""The robustness harness's validators: a clean recording passes each, and each planted
+violation of a promise is caught by the validator of that promise (and reported readably)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from robustness.__main__ import main
+from robustness.model import build
+from robustness.recording import GAP, Truth, load
+from robustness.validators import VALIDATORS, Violation, report, validate
+from tests.unit.robustness_builder import Builder, item
+
+
+def clean() -> Builder:
+    """Every kind of traffic once, as a correct slo-api answers it."""
+    b = Builder()
+    b.create("chat", "llm", "a")
+    b.create("render", "job", "b")
+    b.create("slot", "pool", "a")
+    b.limits("a", {"maxPriority": 8})
+    seen = b.watch("w1")
+    b.watch("w2", identity="team-a", replica="b")
+    first = b.put("chat", {"priority": 3})
+    b.put("chat", {"priority": 5}, if_match=first.header("ETag"), replica="b")
+    b.change("render", {"priority": 2})
+    b.put("render", {"maximumDeployment": {"type": "replica", "value": 4}}, identity="team-a")
+    b.put("slot", {"pool": {"swapBudget": "90s"}})
+    b.put("chat", {"priority": 7}, query="?dryRun=true")
+    b.close(seen, "drop")
+    seen = b.watch("w1", replica="b", since=True)
+    b.change("chat", {"ttft": {"default": {"metrics": [{"type": "p90", "threshold": 1}]}}})
+    b.fault("kill", "a")
+    b.request(503)
+    b.request(None, error="connection refused")
+    b.put("chat", {"minimumDeployment": {"type": "replica", "value": 2}}, replica="b")
+    return b
+
+
+def caught(b: Builder, validator: str) -> list[Violation]:
+    found = validate(b.finish())
+    assert {v.validator for v in found} == {validator}, report(b.recording, found)
+    return found
+
+
+def test_a_clean_recording_passes_every_validator() -> None:
+    b = clean()
+    assert validate(b.finish()) == []
+    assert "every validator passed" in report(b.recording, [])
+
+
+def test_the_recording_survives_a_round_trip_through_json_lines(tmp_path: Path) -> None:
+    b = clean()
+    path = tmp_path / "run.jsonl"
+    b.finish().save(path)
+    again = load(path)
+    assert list(again.records()) == list(b.recording.records())
+    assert validate(again) == []
+
+
+# -- acknowledged writes -----------------------------------------------------------------
+
+
+def test_a_lost_write_is_caught() -> None:
+    b = clean()
+    lost = str(b.put("chat", {"priority": 1}).header("ETag")).strip('"')
+    b.recording.truth = [
+        t for t in b.recording.truth if t.object.get("metadata", {}).get("resourceVersion") != lost
+    ]
+    found = validate(b.finish(), ("acknowledged_writes",))
+    assert [v.route for v in found] == ["chat"]
+    assert "lost write" in found[0].message
+    assert "PUT /routes/chat" in found[0].render()
+
+
+def test_a_write_that_changed_a_field_it_did_not_send_is_caught() -> None:
+    b = clean()
+    b.put("chat", {"priority": 2}, spec={"priority": 2, "minimumDeployment": {"value": 3}})
+    found = validate(b.finish(), ("acknowledged_writes",))
+    assert len(found) == 1
+    assert "changed fields it did not send" in found[0].message
+
+
+def test_a_write_that_clobbered_a_field_outside_the_owned_ones_is_caught() -> None:
+    b = clean()
+    b.put("chat", {"priority": 2}, spec={"priority": 2, "model": "other"})
+    found = validate(b.finish(), ("acknowledged_writes",))
+    assert "spec.model" in found[0].message
+
+
+def test_a_write_that_changed_nothing_is_not_blamed_for_the_change_before_it() -> None:
+    b = clean()
+    b.change("chat", {"minimumDeployment": {"type": "replica", "value": 3}})
+    b.put("chat", {"priority": 5}, noop=True)
+    b.put("chat", {"priority": 5}, noop=True, if_match=f'"{b.rv}"')
+    assert validate(b.finish()) == []
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def _revisions(b: Builder) -> list[Truth]:
+    return [t for t in b.recording.truth if t.resource == "routerevisions"]
+
+
+def test_a_missing_revision_is_caught() -> None:
+    b = clean()
+    b.recording.truth.remove(_revisions(b)[0])
+    found = caught(b, "history")
+    assert "no revision for the change" in found[0].message
+
+
+def test_a_doubled_revision_is_caught() -> None:
+    b = clean()
+    b.change("chat", {"model": "llama"}, manager="deployer")  # no client-owned field changed
+    obj = b.crs["chat"]
+    b.revision(obj, [{"field": "priority", "from": 5, "to": 5}], {"actor": "x", "via": "x"})
+    found = caught(b, "history")
+    assert "a change that never happened" in found[0].message
+
+
+def test_a_revision_naming_the_wrong_actor_is_caught() -> None:
+    b = clean()
+    revision = _revisions(b)[0]
+    revision.object["data"]["actor"] = "token:read"
+    found = caught(b, "history")
+    assert "wrong actor" in found[0].message
+    assert "token:write" in found[0].message
+
+
+def test_a_change_around_slo_api_credited_to_another_manager_is_caught() -> None:
+    b = clean()
+    for revision in _revisions(b):
+        if revision.object["data"]["actor"] == "kubectl-edit":
+            revision.object["data"]["actor"] = revision.object["data"]["via"] = "argocd-controller"
+    found = caught(b, "history")
+    assert all("field manager 'kubectl-edit'" in v.message for v in found)
+
+
+def test_a_revision_at_a_version_the_cr_never_had_is_caught() -> None:
+    b = clean()
+    revision = copy.deepcopy(_revisions(b)[0])
+    revision.object["data"]["id"] = "99999"
+    b.recording.truth.append(revision)
+    found = caught(b, "history")
+    assert "never had" in found[0].message
+
+
+def test_a_recreated_cr_sharing_its_history_is_caught() -> None:
+    b = clean()
+    old = b.crs["chat"]["metadata"]["resourceVersion"]
+    b.delete_cr("chat")
+    b.create("chat", "llm", "a")
+    new = b.put("chat", {"priority": 6})
+    b.recording.requests.append(
+        dataclasses.replace(
+            new,
+            method="GET",
+            path="/routes/chat/history",
+            response_body={"items": [{"id": str(new.header("ETag")).strip('"')}, {"id": old}]},
+        )
+    )
+    found = caught(b, "history")
+    assert "mixes the revisions of 2 CRs" in found[0].message
+
+
+def test_a_revision_replaced_by_its_writer_is_kept() -> None:
+    b = clean()
+    b.put("chat", {"priority": 6})
+    placeholder = _revisions(b)[-1]
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", placeholder.object))
+    b.recording.add(Truth(b.tick(), "routerevisions", "ADDED", placeholder.object))
+    b.put("chat", {"priority": 7})
+    assert validate(b.finish()) == []
+
+
+def test_a_late_placeholder_for_a_deleted_cr_is_not_held_against_slo_api() -> None:
+    b = clean()
+    write = b.put("chat", {"priority": 6})
+    obj = copy.deepcopy(b.crs["chat"])
+    b.delete_cr("chat")
+    [entry] = [
+        t for t in _revisions(b) if t.object["data"]["id"] == str(write.header("ETag")).strip('"')
+    ]
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", entry.object))  # collected
+    b.revision(obj, entry.object["data"]["changes"], {"actor": "unknown", "via": "slo-api"})
+    assert validate(b.finish()) == []
+
+
+def test_the_retention_bound_is_checked() -> None:
+    b = clean()
+    b.recording.meta.settings["history_entries"] = 2
+    for priority in range(1, 6):
+        b.put("chat", {"priority": priority})
+    found = caught(b, "history")
+    assert "revisions kept, the bound is 2" in found[0].message
+
+
+def test_a_change_across_a_gap_in_the_harness_watch_is_not_held_against_slo_api() -> None:
+    b = clean()
+    b.recording.add(Truth(b.tick(), "llmslorequirements", GAP))
+    b.auto = False
+    b.change("chat", {"priority": 4})
+    b.auto = True
+    assert validate(b.finish(), ("history",)) == []
+
+
+# -- streams -----------------------------------------------------------------------------
+
+
+def _lines(b: Builder, watcher: str) -> list[int]:
+    return [
+        i
+        for i, s in enumerate(b.recording.streams)
+        if s.watcher == watcher and s.what == "line" and s.line and s.line["type"] == "MODIFIED"
+    ]
+
+
+def test_a_gap_in_a_stream_is_caught() -> None:
+    b = clean()
+    del b.recording.streams[_lines(b, "w1")[0]]
+    found = caught(b, "streams")
+    assert "gap" in found[0].message
+
+
+def test_a_change_that_comes_twice_is_caught() -> None:
+    b = clean()
+    at = _lines(b, "w1")[0]
+    b.recording.streams.insert(at + 1, copy.deepcopy(b.recording.streams[at]))
+    found = caught(b, "streams")
+    assert "came twice" in found[0].message
+
+
+def test_a_reorder_in_a_stream_is_caught() -> None:
+    b = clean()
+    first, second = _lines(b, "w1")[:2]
+    streams = b.recording.streams
+    streams[first].line, streams[second].line = streams[second].line, streams[first].line
+    found = caught(b, "streams")
+    assert any("out of order" in v.message for v in found)
+
+
+def test_a_resume_that_skips_a_change_is_caught() -> None:
+    b = clean()
+    b.tick(60)  # past the fault, when a relist may fold changes together
+    b.put("chat", {"priority": 6})
+    b.put("chat", {"priority": 4})
+    resumed = [i for i in _lines(b, "w1") if b.recording.streams[i].session == 2]
+    del b.recording.streams[resumed[-2]]
+    assert "gap" in caught(b, "streams")[0].message
+
+
+def test_a_gap_while_a_fault_is_under_way_is_not_held_against_slo_api() -> None:
+    b = clean()
+    resumed = [i for i in _lines(b, "w1") if b.recording.streams[i].session == 2]
+    del b.recording.streams[resumed[0]]
+    b.put("chat", {"priority": 6})
+    assert validate(b.finish()) == []
+
+
+def test_a_route_recreated_as_it_was_right_after_a_stream_opened_is_followed() -> None:
+    b = clean()
+    b.tick(60)
+    b.create("fresh", "llm", "a")
+    b.watch("w3")
+    b.delete_cr("fresh")
+    b.create("fresh", "llm", "a")  # the same values under a new uid, a second later
+    assert validate(b.finish()) == []
+
+
+def test_a_stream_showing_a_namespace_it_may_not_see_is_caught() -> None:
+    b = clean()
+    session = next(s for s in b.sessions if s.identity == "team-a")
+    session.live = True
+    obj = b.crs["render"]
+    b.line(session, {"type": "MODIFIED", "route": "render", "object": item(obj), "revision": "x"})
+    found = caught(b, "streams")
+    assert "may not see" in found[0].message
+
+
+def test_a_stream_ending_behind_the_truth_is_caught() -> None:
+    b = clean()
+    stale = b.watch("w3")
+    b.change("chat", {"priority": 1})
+    assert b.recording.streams[-1].watcher == "w3"
+    del b.recording.streams[-1]
+    b.close(stale)
+    found = caught(b, "streams")
+    assert "ended holding" in found[0].message
+
+
+# -- conditional writes --------------------------------------------------------------------
+
+
+def test_two_successful_writes_from_one_etag_are_caught() -> None:
+    b = clean()
+    read = b.put("chat", {"priority": 1})
+    b.put("chat", {"priority": 2}, if_match=read.header("ETag"))
+    b.put("chat", {"priority": 3}, if_match=read.header("ETag"), replica="b")
+    found = caught(b, "conditional_writes")
+    assert "2 writes conditional on ETag" in found[0].message
+
+
+def test_a_412_with_the_current_etag_is_caught() -> None:
+    b = clean()
+    read = b.put("chat", {"priority": 1})
+    b.put("chat", {"priority": 2}, if_match=read.header("ETag"), status=412)
+    found = caught(b, "conditional_writes")
+    assert "412" in found[0].message
+
+
+def test_a_412_after_a_real_change_passes() -> None:
+    b = clean()
+    read = b.put("chat", {"priority": 1})
+    b.change("chat", {"priority": 2})
+    b.put("chat", {"priority": 3}, if_match=read.header("ETag"), status=412)
+    assert validate(b.finish()) == []
+
+
+def test_a_write_that_changed_nothing_after_a_gitops_field_changed_is_not_blamed() -> None:
+    b = clean()
+    _argo_managed(b)
+    b.change("gitops", {"priority": 2})  # kubectl-edit over Argo CD's field
+    b.tick(2)
+    b.put("gitops", {"highPriority": False}, noop=True)  # keeps a stored 1..9: no change
+    assert validate(b.finish()) == []
+
+
+# -- GitOps -----------------------------------------------------------------------------
+
+
+def _argo_managed(b: Builder) -> None:
+    b.create(
+        "gitops",
+        "llm",
+        "a",
+        managers=[{"manager": "argocd-controller", "operation": "Apply", "fields": ["priority"]}],
+        annotations={"argocd.argoproj.io/tracking-id": "app:inference/x"},
+    )
+
+
+def test_an_unforced_write_of_a_gitops_field_is_caught() -> None:
+    b = clean()
+    _argo_managed(b)
+    b.put("gitops", {"priority": 4})
+    found = caught(b, "gitops")
+    assert "managed by argocd-controller" in found[0].message
+
+
+def test_a_forced_write_of_a_gitops_field_passes() -> None:
+    b = clean()
+    _argo_managed(b)
+    b.put("gitops", {"priority": 4}, query="?force=true")
+    assert validate(b.finish()) == []
+
+
+# -- guardrails ----------------------------------------------------------------------------
+
+
+def test_a_cr_stored_beyond_its_cap_is_caught() -> None:
+    b = clean()
+    b.change("chat", {"priority": 9})
+    found = caught(b, "guardrails")
+    assert "maxPriority" in found[0].message
+
+
+def _ratchet(*priorities: int) -> Builder:
+    b = clean()
+    b.create("legacy", "job", "c", spec={"priority": 10})
+    b.limits("c", {"maxPriority": 3})
+    b.change("legacy", {"queue": {"maxDepth": 9, "promql": "sum(q)"}})
+    for priority in priorities:
+        b.change("legacy", {"priority": priority})
+    return b
+
+
+def test_the_ratchet_lets_a_value_set_before_the_cap_stay_and_move_toward_it() -> None:
+    assert validate(_ratchet(6).finish()) == []
+    assert "maxPriority" in caught(_ratchet(6, 8), "guardrails")[0].message
+
+
+# -- liveness and convergence --------------------------------------------------------------
+
+
+def test_a_500_is_caught() -> None:
+    b = clean()
+    b.request(500)
+    assert "answered 500" in caught(b, "liveness")[0].message
+
+
+def test_a_503_outside_any_fault_and_an_unanswered_request_are_caught() -> None:
+    b = clean()
+    b.tick(60)
+    b.request(503)
+    b.request(None, error="timed out")
+    assert len(caught(b, "liveness")) == 2
+
+
+def test_a_replica_whose_index_misses_a_change_is_caught() -> None:
+    b = clean()
+    b.finish()
+    final = next(r for r in b.recording.requests if r.phase == "final" and r.replica == "b")
+    final.response_body["items"][0]["priority"] = 0
+    found = caught(b, "convergence")
+    assert "replica b" in found[0].message
+
+
+def test_every_validator_is_named_and_tested_here() -> None:
+    source = Path(__file__).read_text()
+    assert all(f'"{name}"' in source for name in VALIDATORS)
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_check_exits_non_zero_with_the_report_and_the_replay_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = clean()
+    b.request(500)
+    path = tmp_path / "run.jsonl"
+    b.finish().save(path)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "seed 7: 1 violation(s)" in out
+    assert "replay: python -m robustness run --seed 7" in out
+    assert "liveness: answered 500" in out
+
+
+def test_check_passes_a_clean_recording_and_refuses_a_bad_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run.jsonl"
+    clean().finish().save(path)
+    assert main(["check", str(path)]) == 0
+    path.write_text('{"type": "request", "bogus": 1}\n')
+    assert main(["check", str(path)]) == 2
+    assert "line 1" in capsys.readouterr().err
+
+
+def test_the_ground_truth_indexes_each_cr_by_uid() -> None:
+    b = clean()
+    b.delete_cr("chat")
+    b.create("chat", "llm", "a")
+    ground = build(b.recording)
+    assert len([uid for uid, h in ground.states.items() if h[0].route == "chat"]) == 2
