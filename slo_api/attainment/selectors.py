@@ -11,6 +11,7 @@ into one more query per window and metric, each tagged with a number.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,8 @@ _PAIR = re.compile(rf"\s*({_LABEL})\s*=\s*({_STRING})\s*")
 _MATCHER = re.compile(rf"\s*({_LABEL})\s*(=~|!~|!=|=)\s*({_STRING})\s*")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 MAX_MATCHERS = 16
+# An annotation's length: matchers, not a program (each is parsed at every refresh and answer).
+MAX_ANNOTATION = 4096
 
 
 def escape(value: str) -> str:
@@ -88,11 +91,14 @@ def route_labels_problem(text: str) -> str | None:
     return None
 
 
-def parse_matchers(text: str, route: Sequence[tuple[str, str]] = ()) -> str:
+@functools.lru_cache(maxsize=1024)
+def parse_matchers(text: str, route: tuple[tuple[str, str], ...] = ()) -> str:
     """An annotation's label matchers (`{a="b", c=~"d|e"}`, braces optional), written again
     from what was parsed (each value re-escaped) after the route's own `route` (label, value)
     pairs, so they can only narrow the route's series: a matcher of one of those labels other
     than its very value is refused. ValueError says what is wrong."""
+    if len(text) > MAX_ANNOTATION:
+        raise ValueError(f"longer than {MAX_ANNOTATION} characters")
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]

@@ -268,6 +268,9 @@ def test_an_annotation_can_only_narrow_the_routes_own_series() -> None:
     assert parse_matchers('{model_name="chat-7b", engine!="1"}', own) == (
         'model_name="chat-7b",engine!="1"'
     )
+    # Matchers, not a program: a long annotation is refused before it is parsed.
+    with pytest.raises(ValueError, match="longer than 4096"):
+        parse_matchers('engine=~"' + "[:" * 3000 + '"', own)
     for wider in ('model_name!=""', 'model_name=~".+"', 'model_name="other"', 'model_name!~"x"'):
         with pytest.raises(ValueError, match="can only narrow"):
             parse_matchers(f"{{{wider}}}", own)
