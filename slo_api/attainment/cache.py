@@ -308,8 +308,9 @@ class Attainment:
             one route's failing query is that route's problem, not every route's."""
             try:
                 return await one(window, metric, selectors.own(metric, own, window), by_tag(own))
-            except PrometheusError:
-                pass
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise  # Prometheus itself fails (unreachable, 5xx): every route's problem
 
             async def alone(matchers: str) -> Mapping[str, Histogram]:
                 try:
