@@ -315,7 +315,7 @@ class Settings(BaseSettings):
         description="The label matchers selecting a route's vLLM series, comma-separated "
         '`label="template"` pairs; the template may name `{model}` (`spec.model`, or '
         "`spec.serviceId` when empty), `{serviceId}`, `{namespace}` and `{name}`, each value "
-        "escaped. One route can name its own with the annotation "
+        "escaped. One route can narrow its own with the annotation "
         "`slo-api.modelsphere.dev/prometheus-matchers`.",
     )
     attainment_refresh_seconds: float = Field(

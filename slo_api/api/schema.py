@@ -135,8 +135,14 @@ class HistoryPage(BaseModel):
 
 
 class AttainmentSource(BaseModel):
-    status: str = Field(json_schema_extra={"enum": ["ok", "unavailable", "not_configured"]})
-    reason: str | None = Field(description="Why unavailable (null when ok or not_configured)")
+    status: str = Field(
+        description="stale: no refresh has renewed the figures for over 3 refresh intervals "
+        "and a query timeout",
+        json_schema_extra={"enum": ["ok", "stale", "unavailable", "not_configured"]},
+    )
+    reason: str | None = Field(
+        description="Why stale or unavailable (null when ok or not_configured)"
+    )
     asOf: str | None = Field(
         description="RFC 3339 UTC time of the figures shown; null before the first good answer"
     )

@@ -62,6 +62,8 @@ CONCURRENCY = 4
 SERIES_CACHED = 1024
 # Routes worked on between two turns of the event loop in the walks over every route.
 CHUNK = 256
+# Refreshes that may be missed (with one query timeout) before the figures are `stale`.
+STALE_REFRESHES = 3
 UNMEASURED_RANGE = "vLLM's histograms carry no context length: a range's targets cannot be measured"
 
 
@@ -91,6 +93,8 @@ class Snapshot:
     grouped: Mapping[str, Mapping[str, Mapping[tuple[str, ...], Histogram]]]
     # window -> metric -> a route's own matchers -> histogram
     own: Mapping[str, Mapping[str, Mapping[str, Histogram]]]
+    # a route's own matchers -> why its queries failed (the other routes' did not)
+    problems: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,8 +113,9 @@ def histograms(
     buckets: Iterable[Sample], sums: Iterable[Sample], key: Callable[[Mapping[str, str]], Any]
 ) -> dict[Any, Histogram]:
     """Histograms from `sum by (..., le)` samples, by `key` of their labels; made cumulative
-    as histogram_quantile does (an extrapolated increase may dip below a lower bucket's)."""
-    bounds: dict[Any, list[tuple[float, float]]] = {}
+    as histogram_quantile does (an extrapolated increase may dip below a lower bucket's).
+    One bound spelt two ways (`1` and `1.0`, as two exporters may) is one bucket: summed."""
+    bounds: dict[Any, dict[float, float]] = {}
     for sample in buckets:
         le = sample.labels.get("le")
         if le is None:
@@ -119,11 +124,12 @@ def histograms(
             bound = float(le)
         except ValueError:
             continue
-        bounds.setdefault(key(sample.labels), []).append((bound, max(sample.value, 0.0)))
+        counts = bounds.setdefault(key(sample.labels), {})
+        counts[bound] = counts.get(bound, 0.0) + max(sample.value, 0.0)
     totals = {key(s.labels): s.value for s in sums}
     out = {}
-    for k, pairs in bounds.items():
-        pairs.sort()
+    for k, by_bound in bounds.items():
+        pairs = sorted(by_bound.items())
         if not pairs or not math.isinf(pairs[-1][0]):
             continue
         cumulative, highest = [], 0.0
@@ -160,7 +166,8 @@ class Attainment:
         self.clock = clock
         self.snapshot: Snapshot | None = None
         self.reason: str | None = None  # why the last refresh failed, None once it worked
-        self.generation = 0  # moves with every refresh that changes what answers say
+        self._generation = 0  # see `generation`
+        self._stale = False
         self.queues: dict[tuple[str, int], QueueReading] = {}
         self._task: asyncio.Task[None] | None = None
         self._lines = _Lines()
@@ -179,6 +186,20 @@ class Attainment:
     @property
     def configured(self) -> bool:
         return self.prometheus is not None
+
+    @property
+    def generation(self) -> int:
+        """Moves with every refresh that changes what answers say, and when the figures turn
+        stale (no refresh comes to change them then)."""
+        stale = self.snapshot is not None and self.clock() - self.snapshot.at > self.stale_after
+        if stale != self._stale:
+            self._stale = stale
+            self._generation += 1
+        return self._generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._generation = value
 
     def _age(self) -> float:
         return -1.0 if self.snapshot is None else max(self.clock() - self.snapshot.at, 0.0)
@@ -274,9 +295,39 @@ class Attainment:
         def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
             return tuple(labels.get(n, "") for n in names)
 
-        def by_tag(labels: Mapping[str, str]) -> str:
-            tag = labels.get(selectors.TAG, "")
-            return own[int(tag)] if tag.isdigit() and int(tag) < len(own) else ""
+        def by_tag(routes: Sequence[str]) -> Callable[[Mapping[str, str]], str]:
+            def key(labels: Mapping[str, str]) -> str:
+                tag = labels.get(selectors.TAG, "")
+                return routes[int(tag)] if tag.isdigit() and int(tag) < len(routes) else ""
+
+            return key
+
+        problems: dict[str, str] = {}
+
+        async def each_own(window: str, metric: str) -> Any:
+            """The routes with their own matchers, joined; when that fails, each alone, so
+            one route's failing query is that route's problem, not every route's."""
+            try:
+                return await one(window, metric, selectors.own(metric, own, window), by_tag(own))
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise  # Prometheus itself fails (unreachable, 5xx): every route's problem
+
+            async def alone(matchers: str) -> Mapping[str, Histogram]:
+                try:
+                    expr = selectors.own(metric, [matchers], window)
+                    found: Mapping[str, Histogram] = await one(
+                        window, metric, expr, by_tag([matchers])
+                    )
+                except PrometheusError as exc:
+                    problems.setdefault(matchers, exc.reason)
+                    return {}
+                return found
+
+            joined: dict[str, Histogram] = {}
+            for result in await asyncio.gather(*(alone(m) for m in own)):
+                joined.update(result)
+            return joined
 
         async def one(window: str, metric: str, expr: tuple[str, str], key: Any) -> Any:
             buckets_q, sums_q = expr
@@ -299,20 +350,13 @@ class Attainment:
                     )
                 )
                 if own:
-                    jobs.append(
-                        (
-                            window,
-                            metric,
-                            True,
-                            one(window, metric, selectors.own(metric, own, window), by_tag),
-                        )
-                    )
+                    jobs.append((window, metric, True, each_own(window, metric)))
         results = await _all([job for *_, job in jobs])
         grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
         for (window, metric, is_own, _), result in zip(jobs, results, strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
-        return Snapshot(at, grouped, owned)
+        return Snapshot(at, grouped, owned, problems)
 
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
@@ -369,11 +413,21 @@ class Attainment:
                 "reason": self.reason or "not queried yet",
                 "asOf": None,
             }
-        return {
-            "status": "unavailable" if self.reason else "ok",
-            "reason": self.reason,
-            "asOf": rfc3339(snapshot.at),
-        }
+        if self.reason:
+            status, reason = "unavailable", self.reason
+        elif self.clock() - snapshot.at > self.stale_after:
+            status = "stale"
+            reason = f"no refresh has completed for over {self.stale_after:g} s"
+        else:
+            status, reason = "ok", None
+        return {"status": status, "reason": reason, "asOf": rfc3339(snapshot.at)}
+
+    @property
+    def stale_after(self) -> float:
+        """How old figures may be while refreshes work: a few missed ones and a query's
+        timeout; older, a refresh is stuck and they are `stale`, never `ok`."""
+        timeout = self.prometheus.timeout if self.prometheus is not None else 0.0
+        return STALE_REFRESHES * self.refresh_seconds + timeout
 
     def answer(self, route: str, kind: str, obj: Obj, window: str) -> Obj:
         """A route's attainment over `window`, without `series`."""
@@ -388,9 +442,12 @@ class Attainment:
             shown = selector.shown()
             unmeasured = _unmeasured_ranges(spec)
             alerts = _alerting(spec)
-            if selector.problem is not None and source["status"] != "not_configured":
-                source = {**source, "status": "unavailable", "reason": selector.problem}
-            elif self.snapshot is not None and selector.problem is None:
+            problem = selector.problem
+            if problem is None and self.snapshot is not None and selector.own is not None:
+                problem = self.snapshot.problems.get(selector.own)
+            if problem is not None and source["status"] != "not_configured":
+                source = {**source, "status": "unavailable", "reason": problem}
+            elif self.snapshot is not None and problem is None:
                 objectives = self._latency(selector, spec, window)
         elif kind == "job":
             queue = spec.get("queue") or {}

@@ -8,6 +8,7 @@ in attainment's `source.reason`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import ssl
 from collections.abc import Sequence
@@ -80,8 +81,13 @@ class Prometheus:
         # Prometheus gives up a little before the client does, so a slow query says why.
         form = {**form, "timeout": f"{max(int(self.timeout * 900), 100)}ms"}
         try:
-            answer = await self._client.post(self.url + path, data=form, headers=self._headers())
-        except httpx.TimeoutException:
+            # httpx's timeout is per read: an answer trickling in would never end without
+            # a deadline for the whole exchange.
+            async with asyncio.timeout(self.timeout):
+                answer = await self._client.post(
+                    self.url + path, data=form, headers=self._headers()
+                )
+        except (httpx.TimeoutException, TimeoutError):
             raise PrometheusError(
                 f"Prometheus did not answer within {self.timeout:g} s", "timeout"
             ) from None

@@ -2,20 +2,23 @@
 values from CRs enter a query, each escaped.
 
 A route's series are chosen by label matchers: by default `PROMETHEUS_ROUTE_LABELS`'s template
-(`model_name="{model}"`) filled from the CR, or the CR's own in the annotation
-`slo-api.modelsphere.dev/prometheus-matchers`. The queries for all routes group by the
-template's labels (`sum by (model_name, le)`), so their number does not grow with the routes;
-the routes that name their own matchers are joined into one more query per window and metric,
-each tagged with a number.
+(`model_name="{model}"`) filled from the CR, narrowed by the CR's own in the annotation
+`slo-api.modelsphere.dev/prometheus-matchers` (which can never widen them to another model's).
+The queries for all routes group by the template's labels (`sum by (model_name, le)`), so
+their number does not grow with the routes; the routes that name their own matchers are joined
+into one more query per window and metric, each tagged with a number.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from slo_api.attainment.re2syntax import RegexError, check
 
 ANNOTATION = "slo-api.modelsphere.dev/prometheus-matchers"
 METRICS = {
@@ -31,6 +34,8 @@ _PAIR = re.compile(rf"\s*({_LABEL})\s*=\s*({_STRING})\s*")
 _MATCHER = re.compile(rf"\s*({_LABEL})\s*(=~|!~|!=|=)\s*({_STRING})\s*")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 MAX_MATCHERS = 16
+# An annotation's length: matchers, not a program (each is parsed at every refresh and answer).
+MAX_ANNOTATION = 4096
 
 
 def escape(value: str) -> str:
@@ -86,27 +91,41 @@ def route_labels_problem(text: str) -> str | None:
     return None
 
 
-def parse_matchers(text: str) -> str:
+@functools.lru_cache(maxsize=1024)
+def parse_matchers(text: str, route: tuple[tuple[str, str], ...] = ()) -> str:
     """An annotation's label matchers (`{a="b", c=~"d|e"}`, braces optional), written again
-    from what was parsed (each value re-escaped); ValueError says what is wrong."""
+    from what was parsed (each value re-escaped) after the route's own `route` (label, value)
+    pairs, so they can only narrow the route's series: a matcher of one of those labels other
+    than its very value is refused. ValueError says what is wrong."""
+    if len(text) > MAX_ANNOTATION:
+        raise ValueError(f"longer than {MAX_ANNOTATION} characters")
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
-    matchers = []
-    for item in _split(body):
+    fixed = dict(route)
+    matchers = [f"{label}={escape(value)}" for label, value in route]
+    items = _split(body)
+    for item in items:
         match = _MATCHER.fullmatch(item)
         if match is None:
             raise ValueError(f'{item.strip()!r} is not a label matcher such as label="value"')
         label, op, value = match.group(1), match.group(2), json.loads(match.group(3))
         if label in ("__name__", "le", TAG):
             raise ValueError(f"{label} cannot be matched: the metric and its buckets are fixed")
+        if label in fixed:
+            if (op, value) != ("=", fixed[label]):
+                raise ValueError(
+                    f"{item.strip()} would widen the route's series past its own "
+                    f"{label}={escape(fixed[label])}: a selector can only narrow them"
+                )
+            continue
         if op in ("=~", "!~"):
             try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+                check(value)
+            except RegexError as exc:
+                raise ValueError(f"{escape(value)} is not a regular expression: {exc}") from None
         matchers.append(f"{label}{op}{escape(value)}")
-    if not matchers or len(matchers) > MAX_MATCHERS:
+    if not body.strip() or len(items) > MAX_MATCHERS:
         raise ValueError(f"name 1 to {MAX_MATCHERS} label matchers")
     return ",".join(matchers)
 
@@ -142,12 +161,6 @@ class Selector:
 def selector_of(obj: Mapping[str, Any], labels: Sequence[tuple[str, str]]) -> Selector:
     """The one rule for which series are an LLM route's (its queries and its `selectors`)."""
     meta = obj.get("metadata") or {}
-    annotation = (meta.get("annotations") or {}).get(ANNOTATION)
-    if annotation is not None:
-        try:
-            return Selector(own=parse_matchers(str(annotation)))
-        except ValueError as exc:
-            return Selector(problem=f"annotation {ANNOTATION}: {exc}")
     spec = obj.get("spec") or {}
     service = str(spec.get("serviceId") or "")
     fields = {
@@ -156,12 +169,17 @@ def selector_of(obj: Mapping[str, Any], labels: Sequence[tuple[str, str]]) -> Se
         "namespace": str(meta.get("namespace") or ""),
         "name": str(meta.get("name") or ""),
     }
-    return Selector(
-        values=tuple(
-            (label, _PLACEHOLDER.sub(lambda m: fields[m.group(1)], template))
-            for label, template in labels
-        )
+    values = tuple(
+        (label, _PLACEHOLDER.sub(lambda m: fields[m.group(1)], template))
+        for label, template in labels
     )
+    annotation = (meta.get("annotations") or {}).get(ANNOTATION)
+    if annotation is not None:
+        try:
+            return Selector(own=parse_matchers(str(annotation), values))
+        except ValueError as exc:
+            return Selector(problem=f"annotation {ANNOTATION}: {exc}")
+    return Selector(values=values)
 
 
 # -- queries -------------------------------------------------------------------------------

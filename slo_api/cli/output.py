@@ -332,18 +332,19 @@ def attainment_table(items: Sequence[dict[str, Any]]) -> str:
 
 
 def source_notes(items: Sequence[dict[str, Any]]) -> list[str]:
-    """What to say of the figures' source when it is unavailable: why, and how old they are.
+    """What to say of the figures' source when stale or unavailable: why, and how old they are.
 
     Once per distinct reason: every route reads the same Prometheus.
     """
     routes: dict[str, list[str]] = {}
     for item in items:
         source = item.get("source")
-        if not isinstance(source, dict) or source.get("status") != "unavailable":
+        if not isinstance(source, dict) or source.get("status") not in ("unavailable", "stale"):
             continue
         as_of = source.get("asOf")
         kept = f"figures as of {scalar(as_of)}" if as_of else "no figures yet"
-        note = f"Prometheus unavailable ({_cell(source.get('reason'))}); {kept}"
+        said = "stale" if source["status"] == "stale" else "Prometheus unavailable"
+        note = f"{said} ({_cell(source.get('reason'))}); {kept}"
         routes.setdefault(note, []).append(_cell(item.get("route")))
     return [
         f"{names[0]}: {note}" if len(names) == 1 else f"{note} ({len(names)} routes)"

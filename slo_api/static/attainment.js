@@ -8,6 +8,7 @@ import { api } from "./api.js";
 import { describe } from "./status.js";
 
 export const WINDOWS = ["1h", "1d", "7d", "28d"];
+const WINDOW_SECONDS = { "1h": 3600, "1d": 86400, "7d": 604800, "28d": 2419200 };
 export const STATUS_LABELS = { met: "Met", at_risk: "At risk", violated: "Violated", no_data: "No data" };
 const METRIC_NAMES = { ttft: "TTFT", otps: "OTPS", queue: "Queue depth" };
 const SVG = "http://www.w3.org/2000/svg";
@@ -37,13 +38,17 @@ export function budgetText(value) {
 
 // Where the chart draws: the observed series as a path (a gap where a step had no requests), a
 // dot for a point alone between gaps (a path of one point shows nothing), and the target's
-// height, on a linear scale from 0 to a little above the highest of both.
-export function chartGeometry(series, threshold, box) {
+// height, on a linear scale from 0 to a little above the highest of both. With `span` ({start,
+// end, step}: the window up to the figures' asOf) the x axis is that window, whatever points
+// came, and a point more than a step after the one before it starts a new line: the steps
+// between had no point (no requests, or none yet), so nothing recent is drawn that is not there.
+export function chartGeometry(series, threshold, box, span) {
   const points = (series || []).filter((p) => Array.isArray(p) && typeof p[0] === "number");
   const values = points.map((p) => p[1]).filter((v) => typeof v === "number" && isFinite(v));
   const top = Math.max(threshold || 0, ...values) * 1.15 || 1;
-  const t0 = points.length ? points[0][0] : 0;
-  const t1 = points.length ? points[points.length - 1][0] : 1;
+  const t0 = span ? span.start : points.length ? points[0][0] : 0;
+  const t1 = span ? span.end : points.length ? points[points.length - 1][0] : 1;
+  const apart = span && span.step ? span.step * 1.5 : Infinity;
   const plotW = box.width - box.left - box.right;
   const plotH = box.height - box.top - box.bottom;
   const x = (t) => box.left + (t1 > t0 ? ((t - t0) / (t1 - t0)) * plotW : plotW);
@@ -56,7 +61,10 @@ export function chartGeometry(series, threshold, box) {
     else if (run.length > 1) path += run.map((p, i) => (i ? "L" : "M") + p[0] + " " + p[1]).join(" ") + " ";
     run = [];
   };
+  let previous = null;
   for (const [t, v] of points) {
+    if (previous !== null && t - previous > apart) flush();
+    previous = t;
     if (typeof v !== "number" || !isFinite(v)) { flush(); continue; }
     run.push([x(t).toFixed(1), y(v).toFixed(1)]);
   }
@@ -75,8 +83,17 @@ function svg(tag, attrs, ...children) {
   return el;
 }
 
-function chart(route, obj, window, index) {
-  const g = chartGeometry(obj.series, obj.threshold, BOX);
+// The window the answer covers: up to its figures' time (not the browser's clock), in steps as
+// the server draws them (window / 200, at least 5 minutes).
+function windowSpan(window, asOf) {
+  const seconds = WINDOW_SECONDS[window];
+  const end = asOf ? Date.parse(asOf) / 1000 : NaN;
+  if (!seconds || !isFinite(end)) return undefined;
+  return { start: end - seconds, end, step: Math.max(seconds / 200, 300) };
+}
+
+function chart(route, obj, window, index, asOf) {
+  const g = chartGeometry(obj.series, obj.threshold, BOX, windowSpan(window, asOf));
   const name = METRIC_NAMES[obj.metric] || obj.metric;
   const id = "attainment-chart-" + index;
   const last = (obj.series || []).filter((p) => typeof p[1] === "number").pop();
@@ -96,7 +113,8 @@ function chart(route, obj, window, index) {
         figure(g.top, obj.metric)),
     svg("text", { class: "chart-label", x: BOX.left - 4, y: g.bottomY, "text-anchor": "end" }, "0"),
     svg("text", { class: "chart-label", x: BOX.left, y: BOX.height - 4 }, window + " ago"),
-    svg("text", { class: "chart-label", x: right, y: BOX.height - 4, "text-anchor": "end" }, "now"),
+    svg("text", { class: "chart-label chart-as-of", x: right, y: BOX.height - 4, "text-anchor": "end" },
+        asOf ? "as of " + asOf.slice(11, 16) + " UTC" : "now"),
     svg("line", { class: "chart-target", x1: BOX.left, x2: right, y1: g.targetY, y2: g.targetY }),
     svg("text", { class: "chart-label chart-target-label", x: right, y: g.targetY - 4, "text-anchor": "end" },
         "target " + targetText(obj)),
@@ -104,7 +122,7 @@ function chart(route, obj, window, index) {
     ...g.dots.map(([cx, cy]) => svg("circle", { class: "chart-point", cx, cy, r: 3 })));
 }
 
-function objectiveCard(route, obj, window, index) {
+function objectiveCard(route, obj, window, index, asOf) {
   const status = obj.status || "no_data";
   const name = METRIC_NAMES[obj.metric] || obj.metric;
   return h("li", { class: "objective", "data-metric": obj.metric, "data-type": obj.type },
@@ -114,7 +132,7 @@ function objectiveCard(route, obj, window, index) {
     h("p", { class: "objective-figures" },
       h("span", { text: "Observed " + (obj.estimated ? "≈ " : "") + figure(obj.observed, obj.metric) }),
       h("span", { class: "objective-budget", text: budgetText(obj.budgetRemaining) })),
-    chart(route, obj, window, index));
+    chart(route, obj, window, index, asOf));
 }
 
 // " (context 0–4096)" for a context-length range; nothing for a whole metric.
@@ -125,14 +143,21 @@ export function rangeText(range) {
   return " (context " + low + (high === null || high === undefined ? "+" : "–" + high) + ")";
 }
 
-function sourceNote(source) {
-  if (!source || source.status === "ok") return null;
-  if (source.status === "not_configured") {
-    return h("p", { class: "hint", text: "Not measured: slo-api is not connected to a Prometheus." });
-  }
+// What is said of the figures: always their time; why, when they are stale or unavailable.
+export function sourceText(source) {
+  if (!source) return "";
+  if (source.status === "not_configured") return "Not measured: slo-api is not connected to a Prometheus.";
+  if (source.status === "ok") return "Figures as of " + source.asOf + ".";
+  const why = "(" + (source.reason || "no reason given") + ")";
+  if (source.status === "stale") return "Figures stale " + why + "; as of " + (source.asOf || "never") + ".";
   const since = source.asOf ? "; figures as of " + source.asOf : "; no figures yet";
-  return h("p", { class: "hint attainment-stale",
-                  text: "Prometheus unavailable (" + (source.reason || "no reason given") + ")" + since + "." });
+  return "Prometheus unavailable " + why + since + ".";
+}
+
+function sourceNote(source) {
+  if (!source) return null;
+  const plain = source.status === "ok" || source.status === "not_configured";
+  return h("p", { class: plain ? "hint attainment-as-of" : "hint attainment-stale", text: sourceText(source) });
 }
 
 function windowPicker(route) {
@@ -164,7 +189,8 @@ export async function showAttainment(route) {
     windowPicker(route),
     sourceNote(data.source),
     objectives.length
-      ? h("ul", { class: "objectives" }, objectives.map((o, i) => objectiveCard(route, o, data.window || window, i)))
+      ? h("ul", { class: "objectives" }, objectives.map((o, i) =>
+          objectiveCard(route, o, data.window || window, i, data.source && data.source.asOf)))
       : (data.source && data.source.status === "ok" ? h("p", { class: "hint", text: "No objectives to measure." }) : null),
     gaps.length ? h("div", { class: "unmeasured" },
       h("p", { class: "hint", text: "Not measured:" }), h("ul", {}, gaps)) : null,

@@ -45,6 +45,11 @@ def test_an_open_route_charts_each_objective_against_its_target(
     expect(chart.locator("line.chart-target")).to_have_count(1)
     expect(chart.locator("path.chart-observed")).to_have_attribute("d", re.compile(r"^M[\d.]+ "))
     expect(chart.locator("desc")).to_contain_text("target p95 ≤ 1.2 s")
+    # The figures' time is said, and the chart's axis ends at it (not at the browser's now).
+    as_of = attainment(page).locator(".attainment-as-of")
+    expect(as_of).to_have_text(re.compile(r"^Figures as of \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\.$"))
+    time_of_day = (as_of.text_content() or "")[25:30]
+    expect(chart.locator("text.chart-as-of")).to_have_text(f"as of {time_of_day} UTC")
     # Its OTPS slows down with it: more than half the requests below 30 tok/s now pages a p50.
     expect(objective(page, "otps", "p50").locator(".status-badge")).to_have_text("At risk")
     expect(objective(page, "otps", "p99")).to_contain_text("p99 ≥ 12 tok/s")

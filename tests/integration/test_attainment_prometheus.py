@@ -165,15 +165,19 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
         },
     }
     admin.create(crs.llm(ns, "chat", service_id=chat, model="chat-7b", **sections))
-    annotated = crs.llm(ns, "own", service_id=own, model="ignored", ttft=sections["ttft"])
+    annotated = crs.llm(ns, "own", service_id=own, model="chat-7b", ttft=sections["ttft"])
     annotated["metadata"]["annotations"] = {ANNOTATION: '{model_name="chat-7b", engine="0"}'}
     admin.create(annotated)
     admin.create(crs.llm(ns, "odd", service_id=odd, model=ODD, ttft=sections["ttft"]))
     wrong = crs.llm(ns, "bad", service_id=bad, model="chat-7b", ttft=sections["ttft"])
     wrong["metadata"]["annotations"] = {ANNOTATION: 'model_name="chat-7b"} or up{'}
     admin.create(wrong)
+    # A tenant's annotation reaching for every model's series: refused, not widened.
+    wide = crs.llm(ns, "wide", service_id=f"{ns}-wide", model=ODD, ttft=sections["ttft"])
+    wide["metadata"]["annotations"] = {ANNOTATION: '{model_name!=""}'}
+    admin.create(wide)
     async with running(slo_api_kubeconfig, prometheus_url=prometheus.url) as service:
-        await _refreshed(service, chat, own, odd, bad)
+        await _refreshed(service, chat, own, odd, bad, f"{ns}-wide")
         for window in ("1h", "1d", "7d", "28d"):
             answer = await _attainment(service, chat, window)
             at = _as_of(answer)
@@ -284,6 +288,11 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
         assert _count(prometheus, f"{TTFT}_bucket{selector}") == len(TTFT_BOUNDS)
         assert _count(prometheus, f'{TTFT}_bucket{{model_name="chat-7b"}}') == 2 * len(TTFT_BOUNDS)
 
+        widened = await _attainment(service, f"{ns}-wide", "1d")
+        assert widened["source"]["status"] == "unavailable"
+        assert "can only narrow" in widened["source"]["reason"]
+        assert (widened["selectors"], widened["objectives"]) == (None, [])
+
         broken = await _attainment(service, bad, "1d")
         assert broken["source"]["status"] == "unavailable"
         assert ANNOTATION in broken["source"]["reason"]
@@ -315,7 +324,7 @@ async def test_llm_figures_match_the_generated_distributions_in_every_window(
         assert lowest[bad] is None
         known = {r: b for r, b in lowest.items() if b is not None}
         by_budget = sorted(known, key=lambda r: known[r])
-        assert [i["route"] for i in ours] == [*by_budget, bad]
+        assert [i["route"] for i in ours] == [*by_budget, bad, f"{ns}-wide"]
 
 
 async def test_job_figures_match_the_generated_queue_in_every_window(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -72,13 +73,20 @@ def test_a_bad_label_template_or_url_stops_start_up() -> None:
     assert unrecognised(environ) == ["ATTAINMENT_REFRESH", "PROMETHEUS_URLL"]
 
 
-def _attainment(handler: Any, crs: list[dict[str, Any]]) -> Attainment:
+def _attainment(
+    handler: Any,
+    crs: list[dict[str, Any]],
+    clock: Callable[[], float] = lambda: 1_800_000_000.5,
+    timeout: float = 5,
+) -> Attainment:
     settings = Settings(slo_api_token=TOKEN)
     kinds = build_kinds(settings)
     index = Service.index_for(kinds)
     for cr in crs:
         index.upsert("llmslorequirements", cr)
-    prometheus = Prometheus("http://prometheus.invalid", 5, transport=httpx.MockTransport(handler))
+    prometheus = Prometheus(
+        "http://prometheus.invalid", timeout, transport=httpx.MockTransport(handler)
+    )
     return Attainment(
         index,
         {k.resource.plural: k.name for k in kinds},
@@ -87,7 +95,7 @@ def _attainment(handler: Any, crs: list[dict[str, Any]]) -> Attainment:
         labels=LABELS,
         refresh_seconds=60,
         series_limit=10,
-        clock=lambda: 1_800_000_000.5,
+        clock=clock,
     )
 
 
@@ -241,3 +249,132 @@ async def test_a_job_query_returning_too_many_series_is_that_routes_problem_alon
     assert fine["source"]["status"] == "ok"
     (objective,) = fine["objectives"]
     assert (objective["observed"], objective["goodRatio"], objective["status"]) == (4, 0.75, "met")
+
+
+def test_an_annotation_takes_prometheus_regexes_and_refuses_what_re2_lacks() -> None:
+    # Python's `re` takes these; Prometheus (RE2) refuses them.
+    for pattern in ("(?=0)", "(?<!a)b", "(a)\\1", "a*+", "(?>a)", "a\\Z", "(?P=x)"):
+        with pytest.raises(ValueError, match="not a regular expression"):
+            parse_matchers(f'engine=~"{json.dumps(pattern)[1:-1]}"')
+    # Python's `re` refuses these; Prometheus takes them.
+    for pattern in ("\\pL+", "[[:digit:]]+", "\\p{Greek}|x", "[\\d-z]"):
+        value = json.dumps(pattern)
+        assert parse_matchers(f"engine=~{value}") == f"engine=~{value}"
+
+
+def test_an_annotation_can_only_narrow_the_routes_own_series() -> None:
+    own = (("model_name", "chat-7b"),)
+    assert parse_matchers('{engine="0"}', own) == 'model_name="chat-7b",engine="0"'
+    assert parse_matchers('{model_name="chat-7b", engine!="1"}', own) == (
+        'model_name="chat-7b",engine!="1"'
+    )
+    # Matchers, not a program: a long annotation is refused before it is parsed.
+    with pytest.raises(ValueError, match="longer than 4096"):
+        parse_matchers('engine=~"' + "[:" * 3000 + '"', own)
+    for wider in ('model_name!=""', 'model_name=~".+"', 'model_name="other"', 'model_name!~"x"'):
+        with pytest.raises(ValueError, match="can only narrow"):
+            parse_matchers(f"{{{wider}}}", own)
+    cr = llm_cr("a", model="chat-7b")
+    cr["metadata"]["annotations"] = {ANNOTATION: '{model_name!=""}'}
+    selector = selector_of(cr, LABELS)
+    assert selector.matchers is None
+    assert selector.problem is not None
+    assert "can only narrow" in selector.problem
+
+
+def _buckets(query: str, *buckets: tuple[str, float]) -> httpx.Response:
+    """Every model's buckets (or sums) for `query`: `(le, count)` pairs."""
+    if "_bucket" in query:
+        return httpx.Response(
+            200, json=_vector(*(({"model_name": "m", "le": le}, n) for le, n in buckets))
+        )
+    return httpx.Response(200, json=_vector(({"model_name": "m"}, 30)))
+
+
+async def test_one_routes_failing_query_leaves_every_other_routes_figures() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        if 'engine="slow"' in query:
+            # Say its regex is too costly: Prometheus gives up on any query holding it.
+            return httpx.Response(
+                422, json={"status": "error", "errorType": "timeout", "error": "query timed out"}
+            )
+        if "slo_api_route" in query:
+            tag = {"slo_api_route": "0"}
+            return httpx.Response(
+                200,
+                json=_vector(({**tag, "le": "0.5"}, 80), ({**tag, "le": "+Inf"}, 100))
+                if "_bucket" in query
+                else _vector((tag, 30)),
+            )
+        return _buckets(query, ("0.5", 95), ("+Inf", 100))
+
+    plain = llm_cr("plain", model="m", **TTFT_CR)
+    fine, slow = (llm_cr(n, model="m", **TTFT_CR) for n in ("fine", "slow"))
+    fine["metadata"]["annotations"] = {ANNOTATION: '{engine="fine"}'}
+    slow["metadata"]["annotations"] = {ANNOTATION: '{engine="slow"}'}
+    attainment = _attainment(handler, [plain, fine, slow])
+    await attainment.refresh()
+    assert attainment.answer("plain", "llm", plain, "28d")["source"]["status"] == "ok"
+    mine = attainment.answer("fine", "llm", fine, "28d")
+    assert mine["source"]["status"] == "ok"
+    assert mine["objectives"][0]["goodRatio"] == pytest.approx(0.8)
+    failed = attainment.answer("slow", "llm", slow, "28d")
+    assert failed["source"]["status"] == "unavailable"
+    assert "query timed out" in failed["source"]["reason"]
+    assert failed["objectives"] == []
+
+
+async def test_a_bucket_bound_spelt_two_ways_is_one_bucket() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        # Two exporters: one writes le="1", the other le="1.0" (and +Inf as +inf).
+        return _buckets(query, ("0.5", 40), ("1", 50), ("1.0", 40), ("+Inf", 60), ("+inf", 40))
+
+    cr = llm_cr("a", model="m", ttft={"default": {"metrics": [{"type": "p90", "threshold": 1}]}})
+    attainment = _attainment(handler, [cr])
+    await attainment.refresh()
+    (objective,) = attainment.answer("a", "llm", cr, "28d")["objectives"]
+    assert objective["goodRatio"] == pytest.approx(0.9)
+    assert objective["estimated"] is False
+
+
+async def test_figures_no_refresh_has_renewed_for_long_are_stale_never_ok() -> None:
+    now = [1_800_000_000.0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _buckets(parse_qs(request.content.decode())["query"][0], ("0.5", 95), ("+Inf", 100))
+
+    cr = llm_cr("a", model="m", **TTFT_CR)
+    attainment = _attainment(handler, [cr], clock=lambda: now[0])
+    await attainment.refresh()
+    rendered = attainment.line("28d")
+    assert json.loads(rendered("a"))["source"]["status"] == "ok"
+    # Refreshes every 60 s with a 5 s timeout: three missed and more is a stuck refresh.
+    now[0] += 3 * 60 + 5 + 1
+    for answer in (attainment.answer("a", "llm", cr, "28d"), json.loads(rendered("a"))):
+        assert answer["source"]["status"] == "stale"
+        assert answer["source"]["asOf"] == "2027-01-15T08:00:00Z"
+        assert answer["source"]["reason"]
+        assert answer["objectives"][0]["goodRatio"] == pytest.approx(0.95)
+    assert (await attainment.with_series("a", "llm", cr, "28d"))["objectives"][0]["series"] == []
+    await attainment.refresh()
+    assert attainment.answer("a", "llm", cr, "28d")["source"]["status"] == "ok"
+
+
+async def test_a_query_that_never_ends_meets_its_deadline() -> None:
+    never = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await never.wait()  # headers never come; httpx's per-read timeout never starts
+        raise AssertionError("unreachable")
+
+    cr = llm_cr("a", model="m", **TTFT_CR)
+    attainment = _attainment(handler, [cr], timeout=0.2)
+    await asyncio.wait_for(attainment.refresh(), 60)
+    source = attainment.answer("a", "llm", cr, "28d")["source"]
+    assert source == {
+        "status": "unavailable",
+        "reason": "Prometheus did not answer within 0.2 s",
+        "asOf": None,
+    }

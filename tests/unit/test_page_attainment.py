@@ -25,7 +25,8 @@ const a = await import("./attainment.js");
 const { budgetOf } = await import("./routes.js");
 const box = { width: 100, height: 60, left: 0, right: 0, top: 0, bottom: 0 };
 console.log(JSON.stringify({
-  charts: input.charts.map(([series, threshold]) => a.chartGeometry(series, threshold, box)),
+  charts: input.charts.map(([series, target, span]) => a.chartGeometry(series, target, box, span)),
+  sources: input.sources.map((s) => a.sourceText(s)),
   targets: input.objectives.map(a.targetText),
   budgets: input.budgets.map(a.budgetText),
   ranks: input.items.map(budgetOf),
@@ -39,7 +40,13 @@ def run_page(tmp_path: Path, **input: Any) -> dict[str, Any]:
         (tmp_path / name).write_text((STATIC / name).read_text())
     (tmp_path / "package.json").write_text('{"type": "module"}')
     (tmp_path / "driver.js").write_text(DRIVER)
-    base: dict[str, list[Any]] = {"charts": [], "objectives": [], "budgets": [], "items": []}
+    base: dict[str, list[Any]] = {
+        "charts": [],
+        "objectives": [],
+        "budgets": [],
+        "items": [],
+        "sources": [],
+    }
     done = subprocess.run(
         [NODE, "driver.js"],
         cwd=tmp_path,
@@ -71,6 +78,38 @@ def test_a_chart_draws_the_series_against_the_target_with_gaps_where_no_requests
         ["100.0", f"{60 - 0.25 / top * 60:.1f}"],
     ]
     assert (chart["low"], chart["high"], chart["count"]) == (0.0, 1.0, 4)
+
+
+def test_a_chart_spans_the_window_up_to_as_of_with_gaps_for_missing_steps(
+    tmp_path: Path,
+) -> None:
+    # A 1h window as of t=4000 (5-minute steps): points at 1000..1600, none at 1900, then 2200
+    # and 2500, and nothing for the last 25 minutes.
+    series = [[1000, 1.0], [1300, 1.0], [1600, 1.0], [2200, 1.0], [2500, 1.0]]
+    span = {"start": 400, "end": 4000, "step": 300}
+    (chart,) = run_page(tmp_path, charts=[[series, 1.0, span]])["charts"]
+    y = f"{60 - 1.0 / 1.15 * 60:.1f}"
+
+    def x(t: int) -> str:
+        return f"{(t - 400) / 3600 * 100:.1f}"
+
+    # The axis is the window, not the points: the first point is a sixth in, the last ends
+    # 25 minutes before the right edge; the missing step at 1900 lifts the pen.
+    assert chart["path"] == (
+        f"M{x(1000)} {y} L{x(1300)} {y} L{x(1600)} {y} M{x(2200)} {y} L{x(2500)} {y}"
+    )
+    assert chart["dots"] == []
+
+
+def test_the_figures_time_is_always_said(tmp_path: Path) -> None:
+    ok = {"status": "ok", "reason": None, "asOf": "2026-12-04T12:00:00Z"}
+    stale = {"status": "stale", "reason": "no refresh for 190 s", "asOf": "2026-12-04T11:50:00Z"}
+    down = {"status": "unavailable", "reason": "timeout", "asOf": None}
+    assert run_page(tmp_path, sources=[ok, stale, down])["sources"] == [
+        "Figures as of 2026-12-04T12:00:00Z.",
+        "Figures stale (no refresh for 190 s); as of 2026-12-04T11:50:00Z.",
+        "Prometheus unavailable (timeout); no figures yet.",
+    ]
 
 
 def test_an_empty_series_draws_only_the_target(tmp_path: Path) -> None:

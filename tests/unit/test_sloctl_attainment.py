@@ -178,6 +178,14 @@ def test_attainment_says_why_figures_are_missing_or_old(
     assert err.splitlines() == [
         "sloctl: Prometheus unavailable (timeout); figures as of 2026-12-02T04:00:00Z (2 routes)"
     ]
+    # Figures no refresh has renewed for long are said to be stale, with their time.
+    old = {"status": "stale", "reason": "no refresh for 185 s", "asOf": "2026-12-02T04:00:00Z"}
+    api.get("/routes/chat-7b/attainment").respond(json={**CHAT, "source": old})
+    code, out, err = run(capsys, "attainment", "chat-7b")
+    assert code == 0
+    assert err.splitlines() == [
+        "sloctl: chat-7b: stale (no refresh for 185 s); figures as of 2026-12-02T04:00:00Z"
+    ]
 
 
 def test_attainment_sort_is_for_the_list_and_unknown_windows_are_refused(
