@@ -239,6 +239,15 @@ def load_yaml_dir(directory: Path) -> list[Obj]:
     return objs
 
 
+def load_kustomization(directory: Path) -> list[Obj]:
+    """The objects of the YAML files a directory's kustomization.yaml lists, in its order."""
+    listed = yaml.safe_load((directory / "kustomization.yaml").read_text()).get("resources", [])
+    objs: list[Obj] = []
+    for name in listed:
+        objs.extend(doc for doc in yaml.safe_load_all((directory / name).read_text()) if doc)
+    return objs
+
+
 def kubeconfig(
     url: str,
     ca_cert: Path,

@@ -53,36 +53,64 @@ def _spec(obj: Obj) -> Obj:
     return value if isinstance(value, dict) else {}
 
 
-def _maximum(type_: str) -> Callable[[Obj], list[Number]]:
-    def values(spec: Obj) -> list[Number]:
+# A value's key: a value beyond its cap is grandfathered only by a stored value under the same
+# key (the scalars have one key each; a threshold's is its range's low bound, or "default", and
+# its metric type).
+Key = tuple[Any, ...]
+Keyed = list[tuple[Key, Number]]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _priority(spec: Obj) -> Keyed:
+    return [((), spec.get("priority", 0))]
+
+
+def _maximum(type_: str) -> Callable[[Obj], Keyed]:
+    def values(spec: Obj) -> Keyed:
         bound = spec.get("maximumDeployment")
         if not isinstance(bound, dict) or bound.get("type", "replica") != type_:
             return []  # no maximum: not autoscaled, nothing to cap
-        return [bound.get("value", 0)]
+        return [((), bound.get("value", 0))]
 
     return values
 
 
-def _thresholds(section: str) -> Callable[[Obj], list[Number]]:
-    def values(spec: Obj) -> list[Number]:
+def _thresholds(section: str) -> Callable[[Obj], Keyed]:
+    def values(spec: Obj) -> Keyed:
         found = spec.get(section)
         if not isinstance(found, dict):
             return []
-        sets = [found.get("default") or {}, *(found.get("ranges") or [])]
+        default = found.get("default")
+        sets = [("default", default if isinstance(default, dict) else {})] + [
+            (r.get("contextLengthRangeLow"), r)
+            for r in found.get("ranges") or []
+            if isinstance(r, dict)
+        ]
         return [
-            m["threshold"]
-            for s in sets
-            if isinstance(s, dict)
+            ((low, m.get("type")), m["threshold"])
+            for low, s in sets
             for m in s.get("metrics") or []
-            if isinstance(m, dict) and isinstance(m.get("threshold"), int | float)
+            if isinstance(m, dict) and _number(m.get("threshold"))
         ]
 
     return values
 
 
-def _queue_depth(spec: Obj) -> list[Number]:
+def _queue_depth(spec: Obj) -> Keyed:
     queue = spec.get("queue")
-    return [queue.get("maxDepth", 0)] if isinstance(queue, dict) else []
+    depth = queue.get("maxDepth", 0) if isinstance(queue, dict) else 0
+    return [((), depth)] if depth else []  # 0: unconfigured, nothing to cap
+
+
+def exact(value: Number) -> str:
+    """A number as written, never rounded: an integral one without a fraction (as the policy's
+    messages write them), so a client may retry at the bound it reads."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -94,40 +122,80 @@ class Cap:
     kinds: tuple[str, ...]
     upper: bool  # a maximum (True) or a minimum
     integer: bool
-    # The route's values the cap applies to, from its CR's spec (none: it applies to nothing).
-    values: Callable[[Obj], list[Number]]
-    # How a refusal says what the cap allows, e.g. "may be at most".
+    # The route's values the cap applies to, each with its key, from its CR's spec.
+    values: Callable[[Obj], Keyed]
+    # How a refusal says what the cap allows: the values it applies to, and a unit.
+    what: str = ""
     unit: str = ""
 
     def beyond(self, value: Number, cap: Number) -> bool:
         return value > cap if self.upper else value < cap
 
+    def breached(self, spec: Obj, cap: Number, old: Obj | None = None) -> bool:
+        """The rule, per value (config/guardrails/policy.yaml states it in CEL): a value beyond
+        the cap is allowed only when the old spec (an update's; a create has none) holds one
+        under the same key at least as far beyond, so a grandfathered value may stay or move
+        toward the cap but neither move away nor spread to another key."""
+        stored = self.values(old) if old is not None else []
+        return any(
+            self.beyond(value, cap)
+            and not any(k == key and not self.beyond(value, o) for k, o in stored)
+            for key, value in self.values(spec)
+        )
+
     def rule(self, cap: Number) -> str:
-        """What the cap allows, in the API's names: `priority may be at most 5`."""
+        """What the cap allows, in the API's names: `priority may be at most 5 (...)`."""
         bound = "at most" if self.upper else "at least"
-        what = {
-            "maxReplicas": "a replica maximumDeployment.value",
-            "maxPDEngines": "a pdengine maximumDeployment.value",
-            "minTTFTSeconds": "every ttft threshold",
-            "maxOTPS": "every otps threshold",
-        }.get(self.name, self.field)
-        return f"{what} may be {bound} {cap:g}{self.unit}"
+        keyed = " (of the same context-length range and metric type)" if self.what else ""
+        return (
+            f"{self.what or self.field} may be {bound} {exact(cap)}{self.unit} (a value stored "
+            f"beyond it{keyed} may stay or move toward it)"
+        )
 
 
 SLO_KINDS = ("llm", "job")
 CAPS: tuple[Cap, ...] = (
-    Cap("maxPriority", "priority", SLO_KINDS, True, True, lambda s: [s.get("priority", 0)]),
-    Cap("maxReplicas", "maximumDeployment.value", SLO_KINDS, True, True, _maximum("replica")),
-    Cap("maxPDEngines", "maximumDeployment.value", ("llm",), True, True, _maximum("pdengine")),
-    Cap("minTTFTSeconds", "ttft", ("llm",), False, False, _thresholds("ttft"), " s"),
-    Cap("maxOTPS", "otps", ("llm",), True, False, _thresholds("otps")),
-    Cap("maxQueueDepth", "queue.maxDepth", ("job",), True, True, _queue_depth),
+    Cap("maxPriority", "priority", SLO_KINDS, True, True, _priority),
+    Cap(
+        "maxReplicas",
+        "maximumDeployment.value",
+        SLO_KINDS,
+        True,
+        True,
+        _maximum("replica"),
+        "a replica maximumDeployment.value",
+    ),
+    Cap(
+        "maxPDEngines",
+        "maximumDeployment.value",
+        ("llm",),
+        True,
+        True,
+        _maximum("pdengine"),
+        "a pdengine maximumDeployment.value",
+    ),
+    Cap(
+        "minTTFTSeconds",
+        "ttft",
+        ("llm",),
+        False,
+        False,
+        _thresholds("ttft"),
+        "each ttft threshold",
+        " s",
+    ),
+    Cap("maxOTPS", "otps", ("llm",), True, False, _thresholds("otps"), "each otps threshold"),
+    # A floor: a lower depth demands more replicas, as a lower TTFT does.
+    Cap("minQueueDepth", "queue.maxDepth", ("job",), False, True, _queue_depth),
 )
 BY_NAME = {cap.name: cap for cap in CAPS}
+# Where maxPDEngines is unset, maxReplicas caps pdengines too (the policy does the same).
+FALLBACK = {"maxPDEngines": "maxReplicas"}
 
 # The start of every message of the policy's validations (config/guardrails/policy.yaml).
 _REFUSAL = re.compile(
-    r"\b(?P<cap>" + "|".join(BY_NAME) + r") is (?P<value>[0-9.eE+-]+) "
+    r"\b(?:(?P<via>maxPDEngines) is unset, so maxReplicas caps pdengines too: )?"
+    r"(?P<cap>" + "|".join(BY_NAME) + r") is (?P<value>[0-9.eE+-]+) "
     r"in this namespace's SLOLimits default\b"
 )
 
@@ -138,32 +206,40 @@ def refusal(denial: str) -> ApiError | None:
     found = _REFUSAL.search(denial)
     if found is None:
         return None
-    cap = BY_NAME[found["cap"]]
+    limit = found["cap"]
+    cap = BY_NAME[found["via"] or limit]
     try:
         value = float(found["value"])
     except ValueError:
         return None
+    via = f", which caps pdengines too while {found['via']} is unset" if found["via"] else ""
     message = (
-        f"{cap.rule(value)} for this route: {cap.name} is {value:g} in {SOURCE} "
+        f"{cap.rule(value)} for this route: {limit} is {exact(value)} in {SOURCE}{via} "
         "(set by a platform admin)"
     )
     return ApiError(
         400,
         message,
         field=cap.field,
-        causes=[{"field": cap.field, "message": message, "limit": cap.name}],
+        causes=[{"field": cap.field, "message": message, "limit": limit}],
         code="limit_exceeded",
     )
+
+
+def effective(caps: dict[str, Number], kind: str) -> dict[str, Number]:
+    """The caps an SLOLimits' `caps` put on a route of `kind`: those that apply to the kind,
+    maxPDEngines falling back to maxReplicas."""
+    found = {c.name: caps[c.name] for c in CAPS if c.name in caps and kind in c.kinds}
+    for name, fallback in FALLBACK.items():
+        if kind in BY_NAME[name].kinds and name not in found and fallback in found:
+            found[name] = found[fallback]
+    return found
 
 
 def caps_of(obj: Obj) -> dict[str, Number]:
     """The caps an SLOLimits sets (its spec's known fields that are numbers)."""
     spec = _spec(obj)
-    return {
-        cap.name: spec[cap.name]
-        for cap in CAPS
-        if isinstance(spec.get(cap.name), int | float) and not isinstance(spec[cap.name], bool)
-    }
+    return {cap.name: spec[cap.name] for cap in CAPS if _number(spec.get(cap.name))}
 
 
 @dataclass(frozen=True)
@@ -210,16 +286,18 @@ class Limits:
         caps = self._caps.get(namespace)
         if not caps:
             return {}
-        return {c.name: caps[c.name] for c in CAPS if c.name in caps and kind in c.kinds}
+        return effective(caps, kind)
 
     @staticmethod
-    def over(obj: Obj, caps: dict[str, Number]) -> list[str]:
-        """The fields (the API's names) of a route's CR stored beyond `caps`, once each."""
+    def over(obj: Obj, caps: dict[str, Number], old: Obj | None = None) -> list[str]:
+        """The fields (the API's names) of a route's CR beyond `caps` (those in effect), once
+        each: stored ones (no `old`), or those a write of `obj` over `old` breaks."""
         spec = _spec(obj)
+        old_spec = _spec(old) if old is not None else None
         fields: list[str] = []
         for name, value in caps.items():
             cap = BY_NAME[name]
-            if cap.field not in fields and any(cap.beyond(v, value) for v in cap.values(spec)):
+            if cap.field not in fields and cap.breached(spec, value, old_spec):
                 fields.append(cap.field)
         return fields
 

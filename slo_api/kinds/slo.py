@@ -43,16 +43,18 @@ Limits = Annotated[
     Field(
         description="Read-only: the caps in effect for this route (its namespace's SLOLimits "
         "`default`, in that spec's field names: maxPriority, maxReplicas, maxPDEngines, "
-        "minTTFTSeconds, maxOTPS, maxQueueDepth; only those set that apply to the kind; "
-        "absent where none do). A write beyond one is 400 limit_exceeded; ignored when echoed."
+        "minTTFTSeconds, maxOTPS, minQueueDepth; only those set that apply to the kind, "
+        "maxPDEngines showing maxReplicas where it is unset; absent where none do). A write "
+        "beyond one is 400 limit_exceeded; ignored when echoed."
     ),
 ]
 OverLimits = Annotated[
     list[str] | None,
     Field(
         description="Read-only: the fields (the API's names) stored beyond `limits` (set "
-        "before the cap, which admission never rechecks); each may stay or move toward its "
-        "cap, not away; ignored when echoed."
+        "before the cap, which admission never rechecks); each value may stay or move toward "
+        "its cap, not away, nor spread to another value (a threshold is matched by its "
+        "context-length range and metric type); ignored when echoed."
     ),
 ]
 

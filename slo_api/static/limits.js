@@ -43,10 +43,12 @@ function bounds(limits, original, maxType) {
               upTo(cap("maxOTPS"), stored.length ? Math.max(...stored) : null),
               "Each OTPS threshold at most " + cap("maxOTPS")]);
   }
-  if (cap("maxQueueDepth") !== null) {
-    out.push(['[data-field="queue.maxDepth"]', "max", "maxQueueDepth",
-              upTo(cap("maxQueueDepth"), original.queue ? original.queue.maxDepth : null),
-              "At most " + cap("maxQueueDepth")]);
+  // A floor: a lower depth demands more replicas (0, unconfigured, is not capped).
+  if (cap("minQueueDepth") !== null) {
+    const stored = original.queue && original.queue.maxDepth ? original.queue.maxDepth : null;
+    out.push(['[data-field="queue.maxDepth"]', "min", "minQueueDepth",
+              downTo(cap("minQueueDepth"), stored),
+              "At least " + cap("minQueueDepth") + " (or 0, unconfigured)"]);
   }
   return out;
 }

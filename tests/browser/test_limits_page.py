@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from controlplane.admin import Admin, load_yaml_dir
+from controlplane.admin import Admin, load_kustomization
 from controlplane.cluster import CONFIG, Cluster
 from controlplane.demo import ServiceError, start_service, stop_service, wait_ready
 from controlplane.server import free_port
@@ -28,7 +28,7 @@ def limited(
 ) -> Iterator[tuple[Service, str]]:
     """config/guardrails installed, a namespace capped, and a slo-api of its own started after
     the SLOLimits CRD exists (the session's slo-api would find it only at its next recheck)."""
-    objs = load_yaml_dir(CONFIG / "guardrails")
+    objs = load_kustomization(CONFIG / "guardrails")
     crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
     admin.apply_all(crds)
     admin.wait_crds(crds)

@@ -40,7 +40,7 @@ ALL_CAPS: dict[str, Any] = {
     "maxPDEngines": 4,
     "minTTFTSeconds": 0.2,
     "maxOTPS": 50,
-    "maxQueueDepth": 100,
+    "minQueueDepth": 100,
 }
 
 
@@ -48,9 +48,12 @@ def test_a_guardrails_refusal_names_the_field_and_the_cap_in_the_apis_words() ->
     cases = {
         ("maxPriority", "5"): ("priority", "may be at most 5"),
         ("maxReplicas", "8"): ("maximumDeployment.value", "may be at most 8"),
-        ("minTTFTSeconds", "0.2"): ("ttft", "every ttft threshold may be at least 0.2 s"),
-        ("maxOTPS", "50"): ("otps", "every otps threshold may be at most 50"),
-        ("maxQueueDepth", "100"): ("queue.maxDepth", "may be at most 100"),
+        ("minTTFTSeconds", "0.2"): ("ttft", "each ttft threshold may be at least 0.2 s"),
+        ("maxOTPS", "50"): ("otps", "each otps threshold may be at most 50"),
+        ("minQueueDepth", "100"): ("queue.maxDepth", "may be at least 100"),
+        # Exactly as the policy wrote it, never rounded.
+        ("maxOTPS", "1234567"): ("otps", "each otps threshold may be at most 1234567 "),
+        ("minTTFTSeconds", "0.2500001"): ("ttft", "may be at least 0.2500001 s"),
     }
     for (cap, value), (field, rule) in cases.items():
         error = refusal(DENIAL.format(prefix=cap, value=value, rest="spec.x 7 is above it"))
@@ -86,17 +89,17 @@ async def test_a_route_shows_the_caps_that_apply_to_its_kind_and_what_is_beyond_
                     },
                 )
             ],
-            "jobslorequirements": [job_cr("render", queue={"maxDepth": 500, "promql": "up"})],
+            "jobslorequirements": [job_cr("render", queue={"maxDepth": 5, "promql": "up"})],
             "slolimits": [limits_cr(**ALL_CAPS), limits_cr(name="other", maxPriority=0)],
         }
     )
     async with start(kube) as (client, app):
         await until(lambda: app.state.runtime.limits.capped(), "limits read")
         llm = (await client.get("/routes/chat", headers=AUTH)).json()
-        assert llm["limits"] == {k: v for k, v in ALL_CAPS.items() if k != "maxQueueDepth"}
+        assert llm["limits"] == {k: v for k, v in ALL_CAPS.items() if k != "minQueueDepth"}
         assert llm["overLimits"] == ["priority", "ttft"]
         job = (await client.get("/routes/render", headers=AUTH)).json()
-        assert job["limits"] == {"maxPriority": 5, "maxReplicas": 8, "maxQueueDepth": 100}
+        assert job["limits"] == {"maxPriority": 5, "maxReplicas": 8, "minQueueDepth": 100}
         assert job["overLimits"] == ["queue.maxDepth"]
         full = (await client.get("/config", params={"view": "full"}, headers=AUTH)).json()
         assert {i["route"]: i.get("overLimits") for i in full["items"]} == {
@@ -182,7 +185,7 @@ async def test_the_store_keeps_only_each_namespaces_default_and_follows_relists(
     listed = [
         limits.entry("slolimits", limits_cr("a", maxPriority=5, unknown=1)),
         limits.entry("slolimits", limits_cr("b", name="team", maxPriority=1)),
-        limits.entry("slolimits", limits_cr("c", maxQueueDepth=9)),
+        limits.entry("slolimits", limits_cr("c", minQueueDepth=9)),
     ]
     await limits.replace_in_turns("slolimits", listed)
     assert (limits.in_effect("job", "a"), limits.in_effect("job", "b")) == ({"maxPriority": 5}, {})
@@ -203,3 +206,63 @@ async def test_the_store_keeps_only_each_namespaces_default_and_follows_relists(
     assert limits.in_effect("llm", "e") == {}
     limits.delete("namespaces", namespace_obj("e", exempt=True))
     assert limits.in_effect("llm", "e") == {"maxPriority": 2}
+
+
+def _llm_spec(ttft: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"spec": {"ttft": ttft, **spec}}
+
+
+def _metrics(**values: float) -> list[dict[str, Any]]:
+    return [{"type": t, "threshold": v} for t, v in values.items()]
+
+
+def test_over_limits_holds_each_value_to_the_cap_unless_its_own_stored_value_is_beyond() -> None:
+    caps = {"minTTFTSeconds": 0.2}
+    old = _llm_spec(
+        {
+            "default": {"metrics": _metrics(p90=0.05, p99=0.5)},
+            "ranges": [{"contextLengthRangeLow": 0, "metrics": _metrics(p90=0.5)}],
+        }
+    )
+    stays = old["spec"]["ttft"]
+    cases = {
+        "stays": (stays, []),
+        "moves toward the cap": ({"default": {"metrics": _metrics(p90=0.1, p99=0.5)}}, []),
+        "spreads to another metric": (
+            {"default": {"metrics": _metrics(p90=0.05, p99=0.05)}},
+            ["ttft"],
+        ),
+        "swapped": ({"default": {"metrics": _metrics(p90=0.5, p99=0.05)}}, ["ttft"]),
+        "spreads to a range": (
+            {
+                "default": {"metrics": _metrics(p90=0.05)},
+                "ranges": [{"contextLengthRangeLow": 0, "metrics": _metrics(p90=0.05)}],
+            },
+            ["ttft"],
+        ),
+        "moves away": ({"default": {"metrics": _metrics(p90=0.01)}}, ["ttft"]),
+    }
+    for what, (ttft, over) in cases.items():
+        assert Limits.over(_llm_spec(ttft), caps, old) == over, what
+    # Stored (no old object, as on a create): beyond is beyond.
+    assert Limits.over(old, caps) == ["ttft"]
+
+
+def test_pdengines_are_capped_by_max_replicas_while_max_pdengines_is_unset() -> None:
+    limits = Limits()
+    limits.upsert("slolimits", limits_cr(maxReplicas=8))
+    assert limits.in_effect("llm", "ns") == {"maxReplicas": 8, "maxPDEngines": 8}
+    assert limits.in_effect("job", "ns") == {"maxReplicas": 8}
+    pd = {"spec": {"maximumDeployment": {"type": "pdengine", "value": 9}}}
+    assert Limits.over(pd, limits.in_effect("llm", "ns")) == ["maximumDeployment.value"]
+    error = refusal(
+        DENIAL.format(
+            prefix="maxPDEngines is unset, so maxReplicas caps pdengines too: maxReplicas",
+            value="8",
+            rest="spec.maximumDeployment.value 9 pdengines is above it",
+        )
+    )
+    assert error is not None
+    body = error.body()["error"]
+    assert "a pdengine maximumDeployment.value may be at most 8" in body["message"]
+    assert body["causes"][0]["limit"] == "maxReplicas"
