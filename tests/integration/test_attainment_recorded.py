@@ -7,6 +7,7 @@ match, objective by objective."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
@@ -117,20 +119,40 @@ def _crs() -> list[dict[str, Any]]:
 
 
 class Recording(httpx.AsyncHTTPTransport):
-    """The real transport, keeping each query sent."""
+    """The real transport, keeping each query sent and the samples Prometheus says it loaded
+    for it (`stats=all`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.queries: list[str] = []
+        self.loaded: dict[str, int] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        from urllib.parse import parse_qs
+        form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
+        query = form.get("query", "")
+        self.queries.append(query)
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+        asked = httpx.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=urlencode({**form, "stats": "all"}).encode(),
+        )
+        answer = await super().handle_async_request(asked)
+        content = await answer.aread()
+        stats = (json.loads(content).get("data") or {}).get("stats") or {}
+        self.loaded[query] = int((stats.get("samples") or {}).get("totalQueryableSamples", 0))
+        kept = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower() not in ("content-encoding", "content-length")
+        }
+        return httpx.Response(answer.status_code, headers=kept, content=content)
 
-        self.queries.extend(parse_qs(request.content.decode()).get("query", []))
-        return await super().handle_async_request(request)
 
-
-def _attainment(url: str, at: int, transport: httpx.AsyncBaseTransport) -> Attainment:
+def _attainment(
+    url: str, at: int, transport: httpx.AsyncBaseTransport, max_samples: int = 50_000_000
+) -> Attainment:
     kinds = build_kinds(Settings(slo_api_token=TOKEN))
     index = Service.index_for(kinds)
     for obj in _crs():
@@ -143,6 +165,7 @@ def _attainment(url: str, at: int, transport: httpx.AsyncBaseTransport) -> Attai
         labels=LABELS,
         refresh_seconds=60,
         series_limit=10,
+        max_samples=max_samples,
         clock=lambda: float(at),
     )
 
@@ -247,3 +270,31 @@ async def test_recorded_series_give_the_raw_figures(
         await after.stop()
     finally:
         both.stop()
+
+
+async def test_no_raw_query_loads_more_than_max_samples_and_the_answer_says_it_narrowed(
+    raw: tuple[int, str, Prometheus],
+) -> None:
+    end, _, source = raw
+    limit = 100_000
+    sent = Recording()
+    attainment = _attainment(source.url, end, sent, max_samples=limit)
+    await attainment.refresh()
+    chat = dict((obj["metadata"]["name"], obj) for obj in _crs())["chat"]
+    try:
+        answer = attainment.answer("chat", "llm", chat, "28d")
+        assert answer["source"]["status"] == "ok"
+        narrowed = {n["metric"]: n for n in answer["narrowed"]}
+        assert set(narrowed) == {"ttft", "otps"}
+        assert narrowed["ttft"]["to"] is not None
+        assert f"ATTAINMENT_MAX_SAMPLES ({limit})" in narrowed["ttft"]["reason"]
+        # Figures over what was read, not none.
+        assert answer["objectives"][0]["goodRatio"] is not None
+        # Prometheus's own count: no query loaded more than the limit, and the windows that
+        # fit were not narrowed.
+        raw_queries = {q: n for q, n in sent.loaded.items() if "increase(vllm:" in q}
+        assert raw_queries
+        assert max(raw_queries.values()) <= limit, raw_queries
+        assert attainment.answer("chat", "llm", chat, "1h")["narrowed"] == []
+    finally:
+        await attainment.stop()
