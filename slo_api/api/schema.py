@@ -204,6 +204,7 @@ class Narrowed(BaseModel):
     """A metric whose raw series over the window hold more samples than one query may load."""
 
     metric: str = Field(json_schema_extra={"enum": ["ttft", "otps"]})
+    window: str = Field(description="The answer's window, or a burn rate's (5m, 30m, 1h, 6h)")
     to: str | None = Field(
         description="The span its figures are over instead (`3d11h20m`); null: not queried"
     )

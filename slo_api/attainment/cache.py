@@ -545,23 +545,26 @@ class Attainment:
     def _narrowings(
         self, route: str, selector: Selector, objectives: list[Obj], window: str
     ) -> list[Obj]:
-        """The answer's metrics whose raw query over `window` was narrowed, or not sent."""
+        """The answer's metrics whose raw query over `window`, or a burn rate's window, was
+        narrowed or not sent."""
         snapshot = self.snapshot
         assert snapshot is not None
         out = []
         for metric in sorted({o["metric"] for o in objectives}):
             if route in snapshot.covered.get(metric, ()):
                 continue
-            found = snapshot.narrowed.get((window, metric, selector.own is not None))
-            if found is not None:
-                seconds, reason = found
-                out.append(
-                    {
-                        "metric": metric,
-                        "to": duration(seconds) if seconds else None,
-                        "reason": reason,
-                    }
-                )
+            for w in (window, *(b for b in BURN_WINDOWS if b != window)):
+                found = snapshot.narrowed.get((w, metric, selector.own is not None))
+                if found is not None:
+                    seconds, reason = found
+                    out.append(
+                        {
+                            "metric": metric,
+                            "window": w,
+                            "to": duration(seconds) if seconds else None,
+                            "reason": reason,
+                        }
+                    )
         return out
 
     def _latency(self, route: str, selector: Selector, spec: Obj, window: str) -> list[Obj]:

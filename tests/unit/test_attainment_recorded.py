@@ -202,7 +202,7 @@ async def test_a_raw_query_past_max_samples_is_narrowed_and_the_answer_says_so()
     assert any("[1d]" in q for q in sent)
     answer = attainment.answer("r0", "llm", cr, "28d")
     (narrowed,) = answer["narrowed"]
-    assert narrowed["metric"] == "ttft"
+    assert (narrowed["metric"], narrowed["window"]) == ("ttft", "28d")
     assert narrowed["to"] == "3d11h20m"
     assert "ATTAINMENT_MAX_SAMPLES (1000000)" in narrowed["reason"]
     # The figures are over what was queried.
@@ -224,6 +224,7 @@ async def test_a_raw_query_past_max_samples_even_over_5_minutes_is_not_sent() ->
     attainment = _attainment(handler, [cr], 1000)
     await attainment.refresh()
     assert not [q for q in queries if "increase(vllm" in q]
-    (narrowed,) = attainment.answer("r0", "llm", cr, "1h")["narrowed"]
-    assert narrowed["to"] is None
-    assert "not queried" in narrowed["reason"]
+    narrowed = attainment.answer("r0", "llm", cr, "1h")["narrowed"]
+    # The answer's window and every burn rate's: none could be read.
+    assert [n["window"] for n in narrowed] == ["1h", "5m", "30m", "6h"]
+    assert all(n["to"] is None and "not queried" in n["reason"] for n in narrowed)
