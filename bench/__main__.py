@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench import cores, fanout, flush_ratio, load, populate, scenarios
+from bench import cores, fanout, fleet_samples, flush_ratio, load, populate, scenarios
 from bench.report import fanout_runs, render
 from controlplane import fleet
 from controlplane.cluster import Cluster
@@ -158,9 +158,11 @@ def main() -> int:
     parser.add_argument("--create-concurrency", type=int, default=16)
     parser.add_argument(
         "--only",
-        choices=("fanout", "kubernetes", "history", "attainment", "flush"),
+        choices=("fanout", "kubernetes", "history", "attainment", "flush", "fleet"),
         help="run only this scenario (kubernetes, history, attainment: at the smallest size; "
-        "flush: the in-process flush through ASGI against its floor, no control plane) and "
+        "flush: the in-process flush through ASGI against its floor, no control plane; fleet: "
+        "samples an attainment refresh loads with and without the recording rules, no "
+        "control plane) and "
         "merge its figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument(
@@ -170,6 +172,11 @@ def main() -> int:
     )
     parser.add_argument("--fanout-routes", type=int, default=1000, help="routes during fan-out")
     parser.add_argument("--fanout-rate", type=float, default=100.0, help="changes/s in fan-out")
+    parser.add_argument(
+        "--fleet",
+        default="100x3x3600,1000x3x1800",
+        help="fleet sizes for --only fleet: routes x pods per model x seconds of samples",
+    )
     parser.add_argument("--report", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json")
     args = parser.parse_args()
@@ -183,6 +190,8 @@ def main() -> int:
         return run_attainment(args, sizes[0], settings)
     if args.only == "flush":
         return run_flush(args)
+    if args.only == "fleet":
+        return run_fleet(args)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -280,6 +289,7 @@ MEASURED_ALONE = {
     "stream_costs": "python -m bench.stream_costs",
     "fanout": "python -m bench --only fanout",
     "attainment": "python -m bench --only attainment",
+    "fleet": "python -m bench --only fleet",
 }
 
 
@@ -447,6 +457,22 @@ def run_attainment(args: argparse.Namespace, size: int, settings: scenarios.Sett
         shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["attainment"] = entry
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """Samples an attainment refresh loads (Prometheus's statistics), without and with the
+    recording rules, at each size of --fleet, merged into the results of the last run."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    runs = []
+    for size in args.fleet.split(","):
+        routes, pods, span = (int(x) for x in size.split("x"))
+        runs.append(fleet_samples.measure(routes, pods, span))
+    results["fleet"] = {"runs": runs, "loadavg_at_start": machine()["loadavg_at_start"]}
     _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))

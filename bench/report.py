@@ -305,6 +305,31 @@ def _tracing_rows(t: dict[str, Any], size: int, row: Any) -> None:
             )
 
 
+def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
+    """Samples an attainment refresh loads, raw series against the recorded ones."""
+    for run in (f or {}).get("runs", []):
+        raw, recorded = run["without"], run["with"]
+        span = int(run["span_seconds"]) // 60
+        row(
+            f"attainment refresh, {int(run['routes']):,} routes x {run['pods']} pods per model "
+            f"({int(run['series']):,} series, {span} min of {run['scrape_seconds']} s samples; "
+            "every window past the span loads the span), samples loaded per refresh "
+            "(Prometheus's `stats=all`), with the recording rules of `sloctl rules` "
+            f"(figures the same: {'yes' if run['same_figures'] else '**no**'}; "
+            f"`python -m bench --only fleet`, {run['ran_at']})",
+            f"{int(recorded['samples']):,} samples, {recorded['queries']} queries, "
+            f"{recorded['seconds']:.2f} s",
+            "",
+            f"{int(raw['samples']):,} samples, {raw['queries']} queries, "
+            f"{raw['seconds']:.2f} s, raw series",
+            "",
+            f"1/{run['ratio']:.1f}",
+            f"<= 1/{run['goal']}",
+            _met(run["ratio"] >= run["goal"]),
+            "",
+        )
+
+
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     sizes = sorted(results["sizes"], key=int)
@@ -468,6 +493,7 @@ def render(results: dict[str, Any]) -> str:
             _met(ratio >= CONFIG_GOAL),
             f"{_cpu(subject)} / {_cpu(base)}",
         )
+    _fleet_rows(results.get("fleet"), row)
     _flush_rows(results.get("flush"), row)
     for _, run in sorted(fanout_runs(results.get("fanout")).items(), key=lambda r: int(r[0])):
         _fanout_rows(run, row)
@@ -619,6 +645,13 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   precomputed, as `/config` is; the goal is `/config`'s. Its memory figure is how much RSS
   grew while every route's attainment was rendered, divided by the routes: an upper bound of
   what the attainment cache holds (freed memory stays in RSS).
+- **Attainment at fleet scale** (`python -m bench --only fleet`, no control plane): the samples
+  one attainment refresh loads, summed from Prometheus's own query statistics (`stats=all`,
+  `totalQueryableSamples`), over Debian's Prometheus backfilled with vLLM-shaped histograms of
+  several pods per model scraped every 15 s, first from the raw series, then with the recording
+  rules `sloctl rules` writes for those routes backfilled by promtool. The span is short (28
+  days of a fleet are billions of samples to backfill); the ratio does not depend on it, and
+  docs/operating.md gives the formula for 28 days.
 - **Change stream fan-out** (`python -m bench --only fanout` runs just this), once with 1,000
   and once with 5,000 `GET /config?watch=true` streams (`--watchers`), each run against a fresh
   slo-api, held by four watcher processes while the bench merge-patches LLM CRs straight to the

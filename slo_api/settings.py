@@ -327,6 +327,13 @@ class Settings(BaseSettings):
         description="Most series a job route's `queue.promql` may return; more is that "
         "route's `unavailable` (the depth is the highest of them).",
     )
+    attainment_max_samples: int = Field(
+        50_000_000,
+        ge=1000,
+        description="Most samples one attainment query of raw series may load (estimated from "
+        "what 5 minutes of them hold): a longer window is narrowed to fit, and the answer's "
+        "`narrowed` says so. Routes recorded by `sloctl rules` are read from 20x fewer samples.",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

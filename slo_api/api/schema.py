@@ -222,6 +222,17 @@ class Alerting(BaseModel):
     arms: list[AlertArm]
 
 
+class Narrowed(BaseModel):
+    """A metric whose raw series over the window hold more samples than one query may load."""
+
+    metric: str = Field(json_schema_extra={"enum": ["ttft", "otps"]})
+    window: str = Field(description="The answer's window, or a burn rate's (5m, 30m, 1h, 6h)")
+    to: str | None = Field(
+        description="The span its figures are over instead (`3d11h20m`); null: not queried"
+    )
+    reason: str
+
+
 class Attainment(BaseModel):
     """Is the route meeting its SLO (see docs/api.md, Attainment)."""
 
@@ -234,6 +245,9 @@ class Attainment(BaseModel):
     unmeasured: list[Unmeasured]
     alerting: list[Alerting] = Field(
         description="Each percentile target of ttft/otps defaults, figures or not (LLM routes)"
+    )
+    narrowed: list[Narrowed] = Field(
+        description="Metrics read over less than the window (ATTAINMENT_MAX_SAMPLES), with why"
     )
 
 

@@ -64,7 +64,20 @@ SERIES_CACHED = 1024
 CHUNK = 256
 # Refreshes that may be missed (with one query timeout) before the figures are `stale`.
 STALE_REFRESHES = 3
+# Raw queries name the routes without recorded series when some have them, up to this many
+# (past it they select every series: a regex of thousands of names is a cost of its own).
+ONLY_ROUTES = 1000
 UNMEASURED_RANGE = "vLLM's histograms carry no context length: a range's targets cannot be measured"
+
+
+def duration(seconds: int) -> str:
+    """Seconds as Prometheus writes a duration (`9d2h5m`)."""
+    out, rest = "", seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or "0s"
 
 
 def rfc3339(at: float) -> str:
@@ -95,6 +108,12 @@ class Snapshot:
     own: Mapping[str, Mapping[str, Mapping[str, Histogram]]]
     # a route's own matchers -> why its queries failed (the other routes' did not)
     problems: Mapping[str, str] = field(default_factory=dict)
+    # window -> metric -> route -> histogram, from the series `sloctl rules` records
+    recorded: Mapping[str, Mapping[str, Mapping[str, Histogram]]] = field(default_factory=dict)
+    # metric -> the routes read from recorded series (the raw ones are not queried for them)
+    covered: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # (window, metric, own) -> the seconds queried instead, and why (0: not queried)
+    narrowed: Mapping[tuple[str, str, bool], tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +170,7 @@ class Attainment:
         labels: Sequence[tuple[str, str]],
         refresh_seconds: float,
         series_limit: int,
+        max_samples: int = 50_000_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`kinds`: plural -> kind name of each kind of route."""
@@ -163,6 +183,7 @@ class Attainment:
         self.label_names = tuple(label for label, _ in labels)
         self.refresh_seconds = refresh_seconds
         self.series_limit = series_limit
+        self.max_samples = max_samples
         self.clock = clock
         self.snapshot: Snapshot | None = None
         self.reason: str | None = None  # why the last refresh failed, None once it worked
@@ -265,8 +286,12 @@ class Attainment:
         return samples
 
     async def _objects(self, kind: str) -> AsyncIterator[Obj]:
-        """Every CR of a kind that claims a route, a chunk at a time: at 100,000 routes one
-        walk would hold the event loop for seconds."""
+        async for _, obj in self._claims(kind):
+            yield obj
+
+    async def _claims(self, kind: str) -> AsyncIterator[tuple[str, Obj]]:
+        """Every CR of a kind that claims a route, with the route, a chunk at a time: at
+        100,000 routes one walk would hold the event loop for seconds."""
         plural = self.plurals.get(kind)
         if plural is None:
             return
@@ -275,7 +300,7 @@ class Attainment:
                 await asyncio.sleep(0)
             for p, obj in self.index.claims(route):
                 if p == plural:
-                    yield obj
+                    yield route, obj
 
     async def _own_matchers(self) -> list[str]:
         """The matchers of every LLM route that names its own, once each."""
@@ -289,35 +314,49 @@ class Attainment:
         return sorted(own)
 
     async def _query_all(self, at: float) -> Snapshot:
-        own = await self._own_matchers()
+        own_all = await self._own_matchers()
         names = self.label_names
+        recorded = await self._recorded(at)
+        covered = {
+            metric: frozenset(r for w in recorded.values() for r in w.get(metric, {}))
+            for metric in selectors.METRICS
+        }
+        routes = (
+            [(route, selector_of(obj, self.labels)) async for route, obj in self._claims("llm")]
+            if any(covered.values())
+            else []
+        )
 
         def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
             return tuple(labels.get(n, "") for n in names)
 
-        def by_tag(routes: Sequence[str]) -> Callable[[Mapping[str, str]], str]:
+        narrowed: dict[tuple[str, str, bool], tuple[int, str]] = {}
+        problems: dict[str, str] = {}
+
+        def by_tag(own: Sequence[str]) -> Callable[[Mapping[str, str]], str]:
             def key(labels: Mapping[str, str]) -> str:
                 tag = labels.get(selectors.TAG, "")
-                return routes[int(tag)] if tag.isdigit() and int(tag) < len(routes) else ""
+                return own[int(tag)] if tag.isdigit() and int(tag) < len(own) else ""
 
             return key
 
-        problems: dict[str, str] = {}
-
-        async def each_own(window: str, metric: str) -> Any:
+        async def each_own(window: str, metric: str, own: list[str], per_step: float) -> Any:
             """The routes with their own matchers, joined; when that fails, each alone, so
             one route's failing query is that route's problem, not every route's."""
+
+            def queries(matchers: list[str]) -> Callable[[str], tuple[str, str]]:
+                return lambda w: selectors.own(metric, matchers, w)
+
             try:
-                return await one(window, metric, selectors.own(metric, own, window), by_tag(own))
+                return await one(window, metric, True, queries(own), per_step, by_tag(own))
             except PrometheusError as exc:
                 if exc.cause not in ("query", "timeout"):
                     raise  # Prometheus itself fails (unreachable, 5xx): every route's problem
 
             async def alone(matchers: str) -> Mapping[str, Histogram]:
                 try:
-                    expr = selectors.own(metric, [matchers], window)
                     found: Mapping[str, Histogram] = await one(
-                        window, metric, expr, by_tag([matchers])
+                        window, metric, True, queries([matchers]), per_step, by_tag([matchers])
                     )
                 except PrometheusError as exc:
                     problems.setdefault(matchers, exc.reason)
@@ -329,8 +368,18 @@ class Attainment:
                 joined.update(result)
             return joined
 
-        async def one(window: str, metric: str, expr: tuple[str, str], key: Any) -> Any:
-            buckets_q, sums_q = expr
+        async def one(
+            window: str,
+            metric: str,
+            is_own: bool,
+            queries: Callable[[str], tuple[str, str]],
+            per_step: float,
+            key: Any,
+        ) -> Any:
+            seconds = self._narrowed(window, metric, per_step, narrowed, is_own)
+            if seconds == 0:
+                return {}
+            buckets_q, sums_q = queries(window if seconds == SECONDS[window] else f"{seconds}s")
             want_sums = window in WINDOWS
             buckets, sums = await asyncio.gather(
                 self._query("refresh", buckets_q, at),
@@ -339,24 +388,98 @@ class Attainment:
             return histograms(buckets, sums, key)
 
         jobs: list[tuple[str, str, bool, Awaitable[Any]]] = []
-        for window in QUERIED:
-            for metric in selectors.METRICS:
-                jobs.append(
-                    (
-                        window,
-                        metric,
-                        False,
-                        one(window, metric, selectors.grouped(metric, names, window), by_values),
-                    )
-                )
+        for metric in selectors.METRICS:
+            # Without recorded series every route's raw ones, as before; with some, only the
+            # raw series of the routes without.
+            values: list[tuple[str, ...]] = []
+            own = own_all
+            where = ""
+            if covered[metric]:
+                rest = [s for r, s in routes if r not in covered[metric] and s.problem is None]
+                values = sorted({tuple(v for _, v in s.values) for s in rest if s.own is None})
+                own = sorted({s.own for s in rest if s.own is not None})
+                if len(values) <= ONLY_ROUTES:
+                    where = selectors.only(names, values)
+            raw = not covered[metric] or bool(values)
+            # What 5 minutes of the series hold, for the max-samples guard.
+            grouped_step = await self._samples_per_step(metric, [where], at) if raw else 0.0
+            try:
+                own_step = await self._samples_per_step(metric, own, at) if own else 0.0
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise
+                # A route's own matchers that Prometheus refuses: each_own finds which, and
+                # only that route is unavailable; the others' queries are not narrowed.
+                own_step = 0.0
+
+            def raw_queries(w: str, m: str = metric, wh: str = where) -> tuple[str, str]:
+                return selectors.grouped(m, names, w, wh)
+
+            for window in QUERIED:
+                if raw:
+                    job = one(window, metric, False, raw_queries, grouped_step, by_values)
+                    jobs.append((window, metric, False, job))
                 if own:
-                    jobs.append((window, metric, True, each_own(window, metric)))
+                    jobs.append((window, metric, True, each_own(window, metric, own, own_step)))
         results = await _all([job for *_, job in jobs])
         grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
         for (window, metric, is_own, _), result in zip(jobs, results, strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
-        return Snapshot(at, grouped, owned, problems)
+        return Snapshot(at, grouped, owned, problems, recorded, covered, narrowed)
+
+    async def _recorded(self, at: float) -> dict[str, dict[str, dict[str, Histogram]]]:
+        """Each window's histograms of the routes `sloctl rules` records, by metric and route."""
+
+        def key(labels: Mapping[str, str]) -> tuple[str, str]:
+            return labels.get("metric", ""), labels.get("route", "")
+
+        async def one(window: str) -> dict[str, dict[str, Histogram]]:
+            samples = await self._query("recorded", selectors.recorded(SECONDS[window]), at)
+            buckets = [s for s in samples if "le" in s.labels]
+            sums = [s for s in samples if "le" not in s.labels]
+            out: dict[str, dict[str, Histogram]] = {}
+            for (metric, route), histogram in histograms(buckets, sums, key).items():
+                out.setdefault(metric, {})[route] = histogram
+            return out
+
+        results = await _all([one(w) for w in QUERIED])
+        return dict(zip(QUERIED, results, strict=True))
+
+    async def _samples_per_step(self, metric: str, where: Sequence[str], at: float) -> float:
+        counted = await self._query("samples", selectors.samples_per_step(metric, where), at)
+        return counted[0].value if counted else 0.0
+
+    def _narrowed(
+        self,
+        window: str,
+        metric: str,
+        per_step: float,
+        narrowed: dict[tuple[str, str, bool], tuple[int, str]],
+        is_own: bool,
+    ) -> int:
+        """The seconds a raw query over `window` may span so it loads at most max_samples:
+        the window itself, or fewer (said in `narrowed`), or 0 when even 5 minutes load more.
+        `per_step` is what the series hold in 5 minutes now: a window holds its multiple."""
+        seconds = SECONDS[window]
+        step = selectors.RECORDED_STEP
+        estimate = per_step * seconds / step
+        if estimate <= self.max_samples:
+            return seconds
+        fits = int(self.max_samples // per_step) * step if per_step > 0 else seconds
+        reason = (
+            f"the {window} query of {selectors.METRICS[metric]} would load about "
+            f"{estimate:.3g} samples, more than ATTAINMENT_MAX_SAMPLES ({self.max_samples}); "
+        )
+        if fits < step:
+            narrowed[(window, metric, is_own)] = (0, reason + "not queried")
+            return 0
+        narrowed[(window, metric, is_own)] = (
+            fits,
+            reason + f"over the last {duration(fits)} instead (record the routes with "
+            "`sloctl rules` to read the whole window)",
+        )
+        return fits
 
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
@@ -436,6 +559,7 @@ class Attainment:
         unmeasured: list[Obj] = []
         shown: dict[str, str] | None = None
         alerts: list[Obj] = []
+        narrowed: list[Obj] = []
         spec = obj.get("spec") or {}
         if kind == "llm":
             selector = selector_of(obj, self.labels)
@@ -448,7 +572,8 @@ class Attainment:
             if problem is not None and source["status"] != "not_configured":
                 source = {**source, "status": "unavailable", "reason": problem}
             elif self.snapshot is not None and problem is None:
-                objectives = self._latency(selector, spec, window)
+                objectives = self._latency(route, selector, spec, window)
+                narrowed = self._narrowings(route, selector, objectives, window)
         elif kind == "job":
             queue = spec.get("queue") or {}
             depth = queue.get("maxDepth") or 0
@@ -483,13 +608,41 @@ class Attainment:
             "objectives": objectives,
             "unmeasured": unmeasured,
             "alerting": alerts,
+            "narrowed": narrowed,
         }
 
-    def _latency(self, selector: Selector, spec: Obj, window: str) -> list[Obj]:
+    def _narrowings(
+        self, route: str, selector: Selector, objectives: list[Obj], window: str
+    ) -> list[Obj]:
+        """The answer's metrics whose raw query over `window`, or a burn rate's window, was
+        narrowed or not sent."""
+        snapshot = self.snapshot
+        assert snapshot is not None
+        out = []
+        for metric in sorted({o["metric"] for o in objectives}):
+            if route in snapshot.covered.get(metric, ()):
+                continue
+            for w in (window, *(b for b in BURN_WINDOWS if b != window)):
+                found = snapshot.narrowed.get((w, metric, selector.own is not None))
+                if found is not None:
+                    seconds, reason = found
+                    out.append(
+                        {
+                            "metric": metric,
+                            "window": w,
+                            "to": duration(seconds) if seconds else None,
+                            "reason": reason,
+                        }
+                    )
+        return out
+
+    def _latency(self, route: str, selector: Selector, spec: Obj, window: str) -> list[Obj]:
         snapshot = self.snapshot
         assert snapshot is not None
 
         def histogram(w: str, metric: str) -> Histogram | None:
+            if route in snapshot.covered.get(metric, ()):
+                return snapshot.recorded.get(w, {}).get(metric, {}).get(route)
             if selector.own is not None:
                 return snapshot.own.get(w, {}).get(metric, {}).get(selector.own)
             values = tuple(v for _, v in selector.values)

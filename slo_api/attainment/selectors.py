@@ -185,13 +185,67 @@ def selector_of(obj: Mapping[str, Any], labels: Sequence[tuple[str, str]]) -> Se
 # -- queries -------------------------------------------------------------------------------
 
 
-def grouped(metric: str, labels: Sequence[str], window: str) -> tuple[str, str]:
-    """Every route's buckets, and sums, over `window`, by the template's labels."""
+def grouped(metric: str, labels: Sequence[str], window: str, where: str = "") -> tuple[str, str]:
+    """Every route's buckets, and sums, over `window`, by the template's labels; `where`
+    (matchers, see `only`) keeps the series of some routes alone."""
     by = ", ".join(labels)
     name = METRICS[metric]
+    braces = f"{{{where}}}" if where else ""
     return (
-        f"sum by ({by}, le) (increase({name}_bucket[{window}]))",
-        f"sum by ({by}) (increase({name}_sum[{window}]))",
+        f"sum by ({by}, le) (increase({name}_bucket{braces}[{window}]))",
+        f"sum by ({by}) (increase({name}_sum{braces}[{window}]))",
+    )
+
+
+def only(labels: Sequence[str], values: Sequence[tuple[str, ...]]) -> str:
+    """Matchers selecting the series of the routes with these template values (each label
+    among its values: a superset when several labels are templated, cut back by the grouping)."""
+    return ",".join(
+        f"{label}=~{escape('|'.join(sorted({_re2(v[i]) for v in values})))}"
+        for i, label in enumerate(labels)
+    )
+
+
+def _re2(value: str) -> str:
+    """`value` matched literally by a Prometheus (RE2) regex."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", value)
+
+
+# -- recorded series ------------------------------------------------------------------------
+# `sloctl rules` records, for each route, the 5-minute increases of its buckets and sum summed
+# over its series, labelled `route` and `metric` (slo_api.cli.rules writes the rules; it imports
+# nothing of the server, so a unit test keeps these names equal to its own).
+RECORDED_BUCKETS = "slo_api:bucket:increase5m"
+RECORDED_SUMS = "slo_api:sum:increase5m"
+RECORDED_STEP = 300
+
+
+def recorded(seconds: int) -> str:
+    """Every recorded route's buckets and sums over a window of `seconds`, one query (the sums
+    are the answers without `le`). The range is a millisecond short of the window so it holds
+    exactly one point per 5-minute step wherever the evaluations fall (a range's start is
+    inclusive in Prometheus 2 and exclusive in 3)."""
+    span = f"{seconds * 1000 - 1}ms"
+    return (
+        f"sum by (route, metric, le) (sum_over_time({RECORDED_BUCKETS}[{span}]))"
+        f" or sum by (route, metric) (sum_over_time({RECORDED_SUMS}[{span}]))"
+    )
+
+
+def samples_per_step(metric: str, where: Sequence[str]) -> str:
+    """How many bucket samples 5 minutes of the selected series hold (Prometheus loads
+    a window's worth of them for an `increase` over it): `where` are matchers, one selection
+    each, "" for every series of the metric."""
+    name = METRICS[metric]
+    return (
+        "sum("
+        + " or ".join(
+            f"count_over_time({name}_bucket{{{m}}}[5m])"
+            if m
+            else f"count_over_time({name}_bucket[5m])"
+            for m in where
+        )
+        + ")"
     )
 
 

@@ -10,6 +10,11 @@ them).
 Names follow Sloth's (`slo:sli_error:ratio_rate<window>`), each series labelled `route`,
 `metric`, `type` and `threshold`; the alerts are the SRE workbook's multiwindow, multi-burn-rate
 ones, plus one that fires when the bucket the rules count at is missing.
+
+A group per route records, every 5 minutes, the 5-minute increases of the route's buckets and
+sum, summed over its series (`slo_api:bucket:increase5m` and `slo_api:sum:increase5m`, labelled
+`route` and `metric`, `le` on the buckets): slo-api's attainment sums those over its windows
+instead of reading every raw series, as Pyrra does.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ SUMMARIES = {"page": "spends its error budget fast", "ticket": "spends its error
 BUCKET_ALERT = "SLOThresholdBucketMissing"
 # How long the bucket must be missing before its alert fires: the page's long window.
 BUCKET_ABSENT_FOR = "1h"
+# The series slo-api reads in place of the raw ones (slo_api.attainment.selectors names them
+# for the server, which this program imports nothing of; a unit test keeps the two equal).
+RECORDED_BUCKETS = "slo_api:bucket:increase5m"
+RECORDED_SUMS = "slo_api:sum:increase5m"
+# The recording groups' interval, the increase's range: the server sums one point per step.
+RECORDED_STEP = "5m"
 
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _SECONDS = {"m": 60, "h": 3600, "d": 86400}
@@ -354,12 +365,43 @@ def _group(obj: Objective) -> dict[str, Any]:
     return {"name": name, "rules": rules}
 
 
+def _recording(route: str, found: Sequence[Objective]) -> dict[str, Any]:
+    """A route's 5-minute increases of each metric it has objectives on, summed over its series."""
+    rules: list[dict[str, Any]] = []
+    for metric in sorted({o.metric for o in found}):
+        obj = next(o for o in found if o.metric == metric)
+        name, inner = parse_selector(obj.selector, obj.bucket.metric)
+        labels = {"route": route, "metric": metric}
+        rules.append(
+            {
+                "record": RECORDED_BUCKETS,
+                "expr": f"sum by (le) (increase({name}_bucket{_matchers(inner)}[{RECORDED_STEP}]))",
+                "labels": {**labels},
+            }
+        )
+        rules.append(
+            {
+                "record": RECORDED_SUMS,
+                "expr": f"sum(increase({name}_sum{_matchers(inner)}[{RECORDED_STEP}]))",
+                "labels": {**labels},
+            }
+        )
+    return {
+        "name": f"slo-api.{route}.increase{RECORDED_STEP}",
+        "interval": RECORDED_STEP,
+        "rules": rules,
+    }
+
+
 def prometheus_rule(found: Sequence[Objective], name: str, namespace: str | None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
     metadata["labels"] = {"app.kubernetes.io/managed-by": "sloctl"}
-    groups = [_group(obj) for obj in found]
+    routes = sorted({obj.route for obj in found})
+    groups = [_group(obj) for obj in found] + [
+        _recording(route, [o for o in found if o.route == route]) for route in routes
+    ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",

@@ -56,6 +56,7 @@ async def test_without_prometheus_every_route_says_not_configured(start: Started
                     "cannot be measured",
                 }
             ],
+            "narrowed": [],
             # What alerts on the objective count and fire on, known without any figures.
             "alerting": [
                 {

@@ -248,6 +248,9 @@ def test_rules_record_each_percentile_objective_and_alert_on_its_burn(
         "slo-api.chat-7b.ttft.p90.0.8",
         "slo-api.code-13b.ttft.p99.1",
         "slo-api.code-13b.otps.p50.30",
+        # Each route's 5-minute increases, which slo-api reads in place of the raw series.
+        "slo-api.chat-7b.increase5m",
+        "slo-api.code-13b.increase5m",
     ]
     # The average and the job route have no error budget: said, not silently dropped.
     assert "chat-7b otps avg: an average has no error budget" in err
@@ -325,7 +328,11 @@ def test_two_targets_of_one_type_get_a_group_each(
     }
     document, err = generated(api, capsys, both)
     groups = {g["name"]: g["rules"] for g in document["spec"]["groups"]}
-    assert list(groups) == ["slo-api.chat-7b.ttft.p90.0.8", "slo-api.chat-7b.ttft.p90.2.5"]
+    assert list(groups) == [
+        "slo-api.chat-7b.ttft.p90.0.8",
+        "slo-api.chat-7b.ttft.p90.2.5",
+        "slo-api.chat-7b.increase5m",
+    ]
     assert groups["slo-api.chat-7b.ttft.p90.2.5"][0]["labels"]["threshold"] == "2.5"
     assert "chat-7b ttft p90 2.5: the same target twice" in err
 
@@ -355,7 +362,10 @@ def test_arms_the_rules_cannot_use_are_refused_with_the_reason(
     odd = with_alerting({**CODE, "route": "odd"})
     odd["alerting"][0]["arms"][1]["long"] = "1h]) or vector(1"
     document, err = generated(api, capsys, wrong, odd)
-    assert [g["name"] for g in document["spec"]["groups"]] == ["slo-api.odd.otps.p50.30"]
+    assert [g["name"] for g in document["spec"]["groups"]] == [
+        "slo-api.odd.otps.p50.30",
+        "slo-api.odd.increase5m",
+    ]
     assert "chat-7b ttft p90: the server named no usable alert arms" in err
     assert "odd ttft p99: the server named no usable alert arms" in err
 
@@ -426,7 +436,11 @@ def test_rules_need_no_figures_only_the_servers_alerting_and_selectors(
     code, out, err = run(capsys, "rules")
     assert code == 0, err
     groups = [g["name"] for g in yaml.safe_load(out)["spec"]["groups"]]
-    assert groups == ["slo-api.code-13b.ttft.p99.1", "slo-api.code-13b.otps.p50.30"]
+    assert groups == [
+        "slo-api.code-13b.ttft.p99.1",
+        "slo-api.code-13b.otps.p50.30",
+        "slo-api.code-13b.increase5m",
+    ]
     objective = next(
         r
         for r in yaml.safe_load(out)["spec"]["groups"][0]["rules"]
