@@ -515,6 +515,7 @@ def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_res
         marked = _state(10, argo, priority=1)
         marked["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x/y:ns/cr-1"}
         replica.observe(PLURAL, GROUP, NAME, marked)
+        await _settle(replica)  # its seed is in (until then no revision says who owns what)
         changed = copy.deepcopy(marked)
         changed["metadata"]["resourceVersion"] = "11"
         changed["spec"]["priority"] = 2
