@@ -54,7 +54,6 @@ from slo_api.index import (
     last_changed,
     manager_key,
     resource_version,
-    rv_number,
     stamp_of,
     uid_of,
 )
@@ -177,8 +176,21 @@ def capped(value: Any) -> Any:
 
 
 def revision_name(uid: str, rv: str) -> str:
-    """One change's revision: the CR's uid (36 characters) and the version the change made."""
-    return f"{uid}.{rv}"
+    """One change's revision: the CR's uid (36 characters) and the version the change made.
+    The version is opaque: one that is not plain decimal digits (the names revisions have had
+    since the first version, kept) is named by its digest, so any version makes a valid name
+    (an `x` first: no decimal version is ever taken for one)."""
+    if rv.isascii() and rv.isdecimal():
+        return f"{uid}.{rv}"
+    return f"{uid}.x{hashlib.sha256(rv.encode()).hexdigest()[:40]}"
+
+
+def _generation(obj: Obj) -> int | None:
+    """`metadata.generation`: the API server counts every change of the spec in it, so of two
+    states of one CR the one with the lower generation is the older (resourceVersions are
+    opaque and not compared)."""
+    value = (obj.get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def stamps(obj: Obj) -> dict[str, int]:
@@ -230,9 +242,13 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _order(entry: Obj) -> int:
+def _order(entry: Obj) -> tuple[str, int, str]:
+    """Oldest first: by when the change was made (RFC 3339 in UTC, to the second: as text it
+    sorts in time), then, within one second, by the version's text (shorter first: the
+    decimal versions API servers hand out then sort as they were made; others at least
+    always the same way). The version is never read as a number."""
     ident = str(entry.get("id", ""))
-    return int(ident) if ident.isdigit() else -1
+    return str(entry.get("time") or ""), len(ident), ident
 
 
 def _owners_json(owners: Mapping[str, Owner]) -> Obj:
@@ -260,7 +276,11 @@ class _Seen:
     only when the CR changes: a list of 100,000 CRs decodes none of them here."""
 
     uid: str | None
-    rv: int | None
+    # The version as its source gives it (the index's entry's, or the object's
+    # resourceVersion): only ever compared for equality.
+    rv: int | str | None
+    # metadata.generation (None: not known, a state first seen in a list).
+    gen: int | None
     entry: Entry | None
     fields: dict[str, Any] | None
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
@@ -343,8 +363,8 @@ class History:
         self._answers: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         # Per CR uid: this replica's writes whose change the informers have not brought yet.
         self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
-        # The version the informers last reached of the CRs most recently changed (a write's
-        # answer may come after its event).
+        # The generation the informers last reached of the CRs most recently changed (a
+        # write's answer may come after its event).
         self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
         self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
         # Per CR uid whose seed (see _seed) is under way: the newest state observed since.
@@ -366,21 +386,22 @@ class History:
     def wrote(self, obj: Obj, before: Obj | None = None, kind: Kind | None = None) -> None:
         """A write through this replica, made on `before` (its precondition), was answered
         with `obj`: its change is this caller's."""
-        mine, rv, uid = writer.get(), rv_number(obj), uid_of(obj)
-        if mine is not None and rv is not None:
+        mine, rv, uid = writer.get(), resource_version(obj), uid_of(obj)
+        if mine is not None and rv:
             start = None
             if before is not None and kind is not None:
                 start = _state_digest(owned_fields(kind, before))
-            self._mine[resource_version(obj)] = _Mine(mine, start)
-            pending = self._answers.get(resource_version(obj))
+            self._mine[rv] = _Mine(mine, start)
+            pending = self._answers.get(rv)
             if pending is not None:  # its event came first, and waits for this answer
                 pending[0].set()
                 if uid:
                     self._own(uid, pending[1])
-            if uid and self.enabled and self._reached.get(uid, -1) < rv:
+            gen = _generation(obj)
+            if uid and self.enabled and (gen is None or self._reached.get(uid, -1) < gen):
                 # Until the watch brings it, a read of this route here waits for it.
                 waiting = asyncio.get_running_loop().create_future()
-                self._unseen.setdefault(uid, []).append((rv, waiting))
+                self._unseen.setdefault(uid, []).append((gen or 0, waiting))
 
     def by(self, rv: int | str) -> Obj | None:
         """Who made the change at resourceVersion `rv`, as the history records it: the caller
@@ -432,32 +453,36 @@ class History:
             return
         prev = self._seen.get(key)
         if isinstance(state, Entry):
-            if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
+            if (
+                prev is not None
+                and prev.uid == state.uid
+                and state.rv is not None
+                and prev.rv in (state.rv, str(state.rv))
+            ):
                 return  # a relist's copy of what was seen: nothing to decode
             if prev is None or prev.uid != state.uid:
                 if prev is not None and prev.uid:
                     self._forget(prev.uid)  # re-created while the watch was away
                 last = (state.stamp, state.latest)
-                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, last)
+                self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
                 self._first_sight(kind, state)
                 return
             obj = state.obj()
         else:
             obj = state
-        uid, rv = uid_of(obj), rv_number(obj)
-        if (
-            prev is not None
-            and prev.uid == uid
-            and rv is not None
-            and prev.rv is not None
-            and rv <= prev.rv
-        ):
-            return  # not newer than what was seen (a late or repeated event)
+        uid, gen = uid_of(obj), _generation(obj)
+        if prev is not None and prev.uid == uid:
+            if prev.rv == resource_version(obj):
+                return  # a repeated event
+            if gen is not None and prev.gen is not None and gen < prev.gen:
+                return  # older than what was seen (a late event)
         fields = owned_fields(kind, obj)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            self._seen[key] = _Seen(uid, rv, None, fields, None, (state.stamp, state.latest))
+            last = (state.stamp, state.latest)
+            self._seen[key] = _Seen(uid, state.rv, gen, None, fields, None, last)
         else:
-            self._seen[key] = _Seen(uid, rv, None, fields, stamps(obj), last_changed(obj))
+            rv = resource_version(obj)
+            self._seen[key] = _Seen(uid, rv, gen, None, fields, stamps(obj), last_changed(obj))
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
@@ -465,10 +490,10 @@ class History:
         if uid in self._seeding:
             self._seeding[uid] = obj
         if uid in self._unseen:
-            self._arrived(uid, rv)
-        if rv is not None and prev is not None:  # a change, not a first sight
+            self._arrived(uid, gen)
+        if gen is not None and prev is not None:  # a change, not a first sight
             self._reached.pop(uid, None)
-            self._reached[uid] = rv
+            self._reached[uid] = gen
         before = self._remembered.get(uid)
         owners = self._owners_after(before or {}, None, obj)
         if owners or before:
@@ -552,12 +577,12 @@ class History:
                     self._start_seed(kind, obj, entry.uid)
             await asyncio.sleep(0)
 
-    def _arrived(self, uid: str, rv: int | None) -> None:
-        """The informers reached `rv` of a CR (None: it is gone): this replica's writes up
-        to it are no longer awaited."""
+    def _arrived(self, uid: str, gen: int | None) -> None:
+        """The informers reached generation `gen` of a CR (None: it is gone, or a state that
+        does not say): this replica's writes up to it are no longer awaited."""
         left = []
         for wanted, waiting in self._unseen.pop(uid, []):
-            if rv is None or wanted <= rv:
+            if gen is None or wanted <= gen:
                 if not waiting.done():
                     waiting.set_result(None)
             else:

@@ -54,7 +54,8 @@ def _managed(*entries: tuple[str, str, list[str]]) -> list[dict[str, Any]]:
 
 def _state(rv: int, managed: list[dict[str, Any]], uid: str = "u1", **spec: Any) -> dict[str, Any]:
     obj = llm_cr("cr-1", route="a", **spec)
-    obj["metadata"].update(uid=uid, resourceVersion=str(rv), managedFields=managed)
+    # Each state of these a spec change: its generation grows with its version.
+    obj["metadata"].update(uid=uid, resourceVersion=str(rv), generation=rv, managedFields=managed)
     return obj
 
 

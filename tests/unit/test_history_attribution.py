@@ -5,9 +5,10 @@ this replica's own writes, a re-created CR leaves nothing of the old one behind.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
-from slo_api.history import History, writer
+from slo_api.history import History, revision_name, writer
 from slo_api.kube import KubeError
 from slo_api.ownership import ARGOCD_TRACKING_ANNOTATION
 from slo_api.recovery import Recovery
@@ -246,3 +247,49 @@ def test_a_revision_kind_not_served_yet_after_a_restart_is_waited_for() -> None:
         await until(lambda: bool(_revisions(kube)), "recorded", within=300)
 
     vtime.run(scenario())
+
+
+def _opaque(rv: str, managed: list[dict[str, Any]], generation: int, **spec: Any) -> dict[str, Any]:
+    """A state whose resourceVersion is no number (the API server promises only a string)."""
+    obj = _state(0, managed, **spec)
+    obj["metadata"].update(resourceVersion=rv, generation=generation)
+    return obj
+
+
+NAME_RULE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def test_opaque_resource_versions_are_named_ordered_and_attributed_without_numbers() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        replica.observe(PLURAL, GROUP, NAME, _opaque("Zz/9", _managed(CREATED), 1, priority=1))
+        edit = ("kubectl-edit", "2026-01-02T00:00:00Z", ["priority"])
+        replica.observe(
+            PLURAL, GROUP, NAME, _opaque("Aa:1", _managed(CREATED, edit), 2, priority=2)
+        )
+        first = _opaque("Aa:1", _managed(CREATED, edit), 2, priority=2)
+        written = _opaque("0b", _managed(CREATED, edit, MINE), 3, priority=2, ttft=TTFT)
+        _write(replica, written, first)
+        replica.observe(PLURAL, GROUP, NAME, written)
+        # A late event, older than what was seen (its generation says so): nothing.
+        replica.observe(PLURAL, GROUP, NAME, _opaque("Q", _managed(CREATED, edit), 2, priority=7))
+        await _settle(replica)
+        names = [n for (plural, _, n) in kube.objects if plural == "routerevisions"]
+        assert len(names) == 2
+        assert all(NAME_RULE.fullmatch(n) and len(n) <= 253 for n in names)
+        entries = await replica.read(Target.of("a", LLM, written))
+        # Newest first, though neither version is a number, nor in the order of their text.
+        assert [(e["id"], _by(e)[0]) for e in entries] == [
+            ("0b", "alice"),
+            ("Aa:1", "kubectl-edit"),
+        ]
+
+    vtime.run(scenario())
+
+
+def test_a_decimal_resource_version_keeps_the_name_stored_revisions_have() -> None:
+    assert revision_name("u1", "48213") == "u1.48213"
+    hashed = revision_name("u1", "48213/x")
+    assert hashed != revision_name("u1", "48213/y")
+    assert NAME_RULE.fullmatch(hashed)
