@@ -47,18 +47,17 @@ from typing import Any
 import orjson
 
 from slo_api.bounded import BoundedDict
-from slo_api.index import (
-    Entry,
-    Name,
+from slo_api.index import Entry, Name, resource_version, uid_of
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kube import Kube, KubeError, Resource, log_failure
+from slo_api.managed_fields import (
     field_entries,
     last_changed,
     manager_key,
-    resource_version,
+    spec_keys,
     stamp_of,
-    uid_of,
+    stamps,
 )
-from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.recovery import Backoff
@@ -193,12 +192,6 @@ def _generation(obj: Obj) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def stamps(obj: Obj) -> dict[str, int]:
-    """When each field manager (and operation) last changed the object: an Update stamps its
-    entry with the time of the change; another manager taking or removing its fields does not."""
-    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
-
-
 def changed_by(
     before: Mapping[str, int] | None,
     last: tuple[float, tuple[str, ...]],
@@ -223,13 +216,10 @@ def changed_by(
     if not touched and entries:
         # A manager changing it again within the second its entry was stamped in leaves the
         # stamp as it was: then the one that owns a changed field and was stamped last.
-        keys = {"f:" + f.removeprefix("pool.") for f in fields}
+        keys = {f.removeprefix("pool.") for f in fields}
         newest = max(stamp_of(e.get("time")) for e in entries)
         touched = [
-            e
-            for e in entries
-            if stamp_of(e.get("time")) == newest
-            and keys & set((e.get("fieldsV1") or {}).get("f:spec") or {})
+            e for e in entries if stamp_of(e.get("time")) == newest and keys & set(spec_keys(e))
         ]
     chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
