@@ -21,7 +21,9 @@ consecutive states the informers observed for one CR (never a write's answer). W
   then), then recorded with the actor `unknown` if nobody did (a create that is a no-op when
   the other replica did). A replica whose own write finds such a placeholder replaces it.
 A relist shows a new state without the ones between: the change recorded is from the last
-state observed to the listed one.
+state observed to the listed one; it is a caller's only if it starts at the state the caller's
+write was made on, and a revision of the same version made from consecutive states (by a
+replica that saw them) replaces it. A read waits only for this replica's own writes.
 
 Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py): kept in
 memory per CR for the write guard (`remembered`), and read back from the newest revision after
