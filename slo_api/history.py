@@ -21,7 +21,9 @@ consecutive states the informers observed for one CR (never a write's answer). W
   then), then recorded with the actor `unknown` if nobody did (a create that is a no-op when
   the other replica did). A replica whose own write finds such a placeholder replaces it.
 A relist shows a new state without the ones between: the change recorded is from the last
-state observed to the listed one.
+state observed to the listed one; it is a caller's only if it starts at the state the caller's
+write was made on, and a revision of the same version made from consecutive states (by a
+replica that saw them) replaces it. A read waits only for this replica's own writes.
 
 Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py): kept in
 memory per CR for the write guard (`remembered`), and read back from the newest revision after
@@ -42,7 +44,7 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -50,19 +52,17 @@ from typing import Any
 import orjson
 
 from slo_api.bounded import BoundedDict
-from slo_api.index import (
-    Entry,
-    Name,
+from slo_api.index import Entry, Name, resource_version, uid_of
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kube import Kube, KubeError, Resource, log_failure
+from slo_api.managed_fields import (
     field_entries,
     last_changed,
     manager_key,
-    resource_version,
-    rv_number,
+    spec_keys,
     stamp_of,
-    uid_of,
+    stamps,
 )
-from slo_api.kinds.base import Kind, Obj
-from slo_api.kube import Kube, KubeError, Resource, log_failure
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.recovery import Backoff
@@ -118,6 +118,10 @@ FIRSTS_AT_ONCE = 1000
 RECORD_PATIENCE = 300.0
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
+# Marks a revision made across a relist's gap (from the last state observed to the listed
+# one): a revision of that version made from consecutive states replaces it, so no change is
+# in two revisions.
+ACROSS_RELIST = f"{GROUP}/across-relist"
 
 # The caller of the write this request is making: (actor, requestId, clientRequestId).
 Writer = tuple[str, str | None, str | None]
@@ -193,14 +197,21 @@ def capped(value: Any) -> Any:
 
 
 def revision_name(uid: str, rv: str) -> str:
-    """One change's revision: the CR's uid (36 characters) and the version the change made."""
-    return f"{uid}.{rv}"
+    """One change's revision: the CR's uid (36 characters) and the version the change made.
+    The version is opaque: one that is not plain decimal digits (the names revisions have had
+    since the first version, kept) is named by its digest, so any version makes a valid name
+    (an `x` first: no decimal version is ever taken for one)."""
+    if rv.isascii() and rv.isdecimal():
+        return f"{uid}.{rv}"
+    return f"{uid}.x{hashlib.sha256(rv.encode()).hexdigest()[:40]}"
 
 
-def stamps(obj: Obj) -> dict[str, int]:
-    """When each field manager (and operation) last changed the object: an Update stamps its
-    entry with the time of the change; another manager taking or removing its fields does not."""
-    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
+def _generation(obj: Obj) -> int | None:
+    """`metadata.generation`: the API server counts every change of the spec in it, so of two
+    states of one CR the one with the lower generation is the older (resourceVersions are
+    opaque and not compared)."""
+    value = (obj.get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def changed_by(
@@ -227,13 +238,10 @@ def changed_by(
     if not touched and entries:
         # A manager changing it again within the second its entry was stamped in leaves the
         # stamp as it was: then the one that owns a changed field and was stamped last.
-        keys = {"f:" + f.removeprefix("pool.") for f in fields}
+        keys = {f.removeprefix("pool.") for f in fields}
         newest = max(stamp_of(e.get("time")) for e in entries)
         touched = [
-            e
-            for e in entries
-            if stamp_of(e.get("time")) == newest
-            and keys & set((e.get("fieldsV1") or {}).get("f:spec") or {})
+            e for e in entries if stamp_of(e.get("time")) == newest and keys & set(spec_keys(e))
         ]
     chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
@@ -246,10 +254,13 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _order(entry: Obj) -> int:
+def _order(entry: Obj) -> tuple[str, int, str]:
+    """Oldest first: by when the change was made (RFC 3339 in UTC, to the second: as text it
+    sorts in time), then, within one second, by the version's text (shorter first: the
+    decimal versions API servers hand out then sort as they were made; others at least
+    always the same way). The version is never read as a number."""
     ident = str(entry.get("id", ""))
-    # isdigit() admits "¹", which int() refuses: only ASCII decimals of a resourceVersion's size.
-    return int(ident) if _decimal(ident) is not None else -1
+    return str(entry.get("time") or ""), len(ident), ident
 
 
 def _owners_json(owners: Mapping[str, Owner]) -> Obj:
@@ -277,7 +288,11 @@ class _Seen:
     only when the CR changes: a list of 100,000 CRs decodes none of them here."""
 
     uid: str | None
-    rv: int | None
+    # The version as its source gives it (the index's entry's, or the object's
+    # resourceVersion): only ever compared for equality.
+    rv: int | str | None
+    # metadata.generation (None: not known, a state first seen in a list).
+    gen: int | None
     entry: Entry | None
     fields: dict[str, Any] | None
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
@@ -298,6 +313,29 @@ class _Change:
     obj: Obj
     changes: list[Obj]
     when: str
+    # Across a relist's gap: the digest of the state before it (see _state_digest); None for
+    # two consecutive states.
+    gap: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Mine:
+    """A write this replica made: its caller, and the digest of the client-owned fields it
+    was made on (its precondition's state; None: not known)."""
+
+    writer: Writer
+    before: bytes | None
+
+    def made(self, change: _Change) -> bool:
+        """Whether `change` is this write alone: consecutive states, or a relist's gap that
+        starts at the state the write was made on (then its changed fields are the write's)."""
+        return change.gap is None or (self.before is not None and self.before == change.gap)
+
+
+def _state_digest(fields: Mapping[str, Any]) -> bytes:
+    return hashlib.blake2b(
+        orjson.dumps(fields, option=orjson.OPT_SORT_KEYS), digest_size=16
+    ).digest()
 
 
 class History:
@@ -309,6 +347,7 @@ class History:
         metrics: Metrics | None = None,
         ownership: Ownership | None = None,
         grace: float | None = None,
+        pause: Callable[[float], Awaitable[object]] | None = None,
     ) -> None:
         self.kube = kube
         self.metrics = metrics or Metrics()
@@ -317,24 +356,33 @@ class History:
         self.ownership = ownership or Ownership()
         # How long a change made through slo-api is left to the replica that made it.
         self.grace = kube.timeout if grace is None else grace
+        # How a recording waits before it retries: the runtime's wakes when the API server
+        # answers again after an outage (True then), so no outage-grown backoff is slept out.
+        self.pause: Callable[[float], Awaitable[object]] = pause or asyncio.sleep
         self._seen: dict[tuple[str, str, Name], _Seen] = {}
-        self._mine: BoundedDict[int, Writer] = BoundedDict(MINE_KEPT)
-        self._by: BoundedDict[int, Obj] = BoundedDict(BY_KEPT)
+        self._mine: BoundedDict[str, _Mine] = BoundedDict(MINE_KEPT)
+        self._by: BoundedDict[str, Obj] = BoundedDict(BY_KEPT)
         # The GitOps owners in effect after the newest change observed, per CR uid.
         self._remembered: dict[str, dict[str, Owner]] = {}
-        # Per CR uid: recordings under way (a read on this replica waits for them), and how
-        # many revisions it holds as far as this replica knows (None: not counted yet).
+        # Per CR uid: recordings of this replica's own writes under way (a read on this
+        # replica waits for them, no other), and how many revisions it holds as far as this
+        # replica knows (None: not counted yet).
         self._recording: dict[str, set[asyncio.Task[None]]] = {}
         self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        # Changes made by slo-api that no answer here named yet, waiting (by version).
-        self._answers: dict[int, asyncio.Event] = {}
+        # Changes made by slo-api that no answer here named yet, waiting (by version), with
+        # the task that records them.
+        self._answers: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         # Per CR uid: this replica's writes whose change the informers have not brought yet.
         self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
-        # The version the informers last reached of the CRs most recently changed (a write's
-        # answer may come after its event).
+        # The generation the informers last reached of the CRs most recently changed (a
+        # write's answer may come after its event).
         self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
         self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
+        # Per CR uid whose seed (see _seed) is under way: the newest state observed since.
+        self._seeding: dict[str, Obj] = {}
+        # The CRs most recently gone (see _forget).
+        self._gone: BoundedDict[str, bool] = BoundedDict(MINE_KEPT)
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
         self._firsts: list[tuple[Kind, Entry]] = []
         self._firsts_task: asyncio.Task[None] | None = None
@@ -352,27 +400,46 @@ class History:
 
     # -- what the write path and the change stream ask -------------------------------------
 
-    def wrote(self, obj: Obj) -> None:
-        """A write through this replica was answered with `obj`: its change is this caller's."""
-        mine, rv, uid = writer.get(), rv_number(obj), uid_of(obj)
-        if mine is not None and rv is not None:
-            self._mine[rv] = mine
-            answered = self._answers.get(rv)
-            if answered is not None:  # its event came first, and waits for this answer
-                answered.set()
-            if uid and self.enabled and self._reached.get(uid, -1) < rv:
+    def wrote(self, obj: Obj, before: Obj | None = None, kind: Kind | None = None) -> None:
+        """A write through this replica, made on `before` (its precondition), was answered
+        with `obj`: its change is this caller's."""
+        mine, rv, uid = writer.get(), resource_version(obj), uid_of(obj)
+        if mine is not None and rv:
+            start = None
+            if before is not None and kind is not None:
+                start = _state_digest(owned_fields(kind, before))
+            self._mine[rv] = _Mine(mine, start)
+            pending = self._answers.get(rv)
+            if pending is not None:  # its event came first, and waits for this answer
+                pending[0].set()
+                if uid:
+                    self._own(uid, pending[1])
+            gen = _generation(obj)
+            if uid and self.enabled and (gen is None or self._reached.get(uid, -1) < gen):
                 # Until the watch brings it, a read of this route here waits for it.
                 waiting = asyncio.get_running_loop().create_future()
-                self._unseen.setdefault(uid, []).append((rv, waiting))
+                self._unseen.setdefault(uid, []).append((gen or 0, waiting))
 
-    def by(self, rv: int) -> Obj | None:
+    def by(self, rv: int | str) -> Obj | None:
         """Who made the change at resourceVersion `rv`, as the history records it: the caller
         and request ids for a write through this replica, the field manager for a change the
         informers saw; None when not known."""
-        mine = self._mine.get(rv)
+        key = str(rv)
+        mine = self._mine.get(key)
         if mine is not None:
-            return _who(mine[0], SELF, mine[1], mine[2])
-        return self._by.get(rv)
+            return _who(mine.writer[0], SELF, mine.writer[1], mine.writer[2])
+        return self._by.get(key)
+
+    def tracked(self) -> set[str]:
+        """The CR uids this replica keeps anything for (beyond the last state seen)."""
+        return {
+            *self._remembered,
+            *self._held,
+            *self._unseen,
+            *self._reached,
+            *self._seeding,
+            *self._recording,
+        }
 
     def remembered(self, obj: Obj) -> Mapping[str, Owner]:
         """The GitOps owners in effect for the CR after its newest observed change."""
@@ -399,43 +466,51 @@ class History:
         if state is None:
             seen = self._seen.pop(key, None)
             if seen is not None and seen.uid:
-                self._remembered.pop(seen.uid, None)
-                self._held.pop(seen.uid, None)
-                self._arrived(seen.uid, None)
+                self._forget(seen.uid)
             return
         prev = self._seen.get(key)
         if isinstance(state, Entry):
-            if prev is not None and prev.uid == state.uid and prev.rv == state.rv:
+            if (
+                prev is not None
+                and prev.uid == state.uid
+                and state.rv is not None
+                and prev.rv in (state.rv, str(state.rv))
+            ):
                 return  # a relist's copy of what was seen: nothing to decode
             if prev is None or prev.uid != state.uid:
+                if prev is not None and prev.uid:
+                    self._forget(prev.uid)  # re-created while the watch was away
                 last = (state.stamp, state.latest)
-                self._seen[key] = _Seen(state.uid, state.rv, state, None, None, last)
+                self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
                 self._first_sight(kind, state)
                 return
             obj = state.obj()
         else:
             obj = state
-        uid, rv = uid_of(obj), rv_number(obj)
-        if (
-            prev is not None
-            and prev.uid == uid
-            and rv is not None
-            and prev.rv is not None
-            and rv <= prev.rv
-        ):
-            return  # not newer than what was seen (a late or repeated event)
+        uid, gen = uid_of(obj), _generation(obj)
+        if prev is not None and prev.uid == uid:
+            if prev.rv == resource_version(obj):
+                return  # a repeated event
+            if gen is not None and prev.gen is not None and gen < prev.gen:
+                return  # older than what was seen (a late event)
         fields = owned_fields(kind, obj)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            self._seen[key] = _Seen(uid, rv, None, fields, None, (state.stamp, state.latest))
+            last = (state.stamp, state.latest)
+            self._seen[key] = _Seen(uid, state.rv, gen, None, fields, None, last)
         else:
-            self._seen[key] = _Seen(uid, rv, None, fields, stamps(obj), last_changed(obj))
+            rv = resource_version(obj)
+            self._seen[key] = _Seen(uid, rv, gen, None, fields, stamps(obj), last_changed(obj))
         if uid is None:
             return
+        if prev is not None and prev.uid and prev.uid != uid:
+            self._forget(prev.uid)
+        if uid in self._seeding:
+            self._seeding[uid] = obj
         if uid in self._unseen:
-            self._arrived(uid, rv)
-        if rv is not None and prev is not None:  # a change, not a first sight
+            self._arrived(uid, gen)
+        if gen is not None and prev is not None:  # a change, not a first sight
             self._reached.pop(uid, None)
-            self._reached[uid] = rv
+            self._reached[uid] = gen
         before = self._remembered.get(uid)
         owners = self._owners_after(before or {}, None, obj)
         if owners or before:
@@ -443,23 +518,55 @@ class History:
         if prev is None or prev.uid != uid:
             # First seen here (a start, or a re-created CR): nothing to diff with.
             if before is None and self.enabled and self.ownership.markers(obj):
-                self._spawn(self._seed(kind, obj, uid))
+                self._start_seed(kind, obj, uid)
             return
-        changes = diff(kind, prev.decoded(kind), fields)
+        if (
+            prev.entry is not None  # first seen in a list, and not looked at since
+            and before is None
+            and uid not in self._seeding
+            and self.enabled
+            and self.ownership.markers(obj)
+        ):
+            self._start_seed(kind, obj, uid)
+        # Until its seed is in, this replica does not know the owners in effect: it says
+        # nothing of them rather than that there are none.
+        recorded = None if uid in self._seeding else owners
+        old = prev.decoded(kind)
+        changes = diff(kind, old, fields)
         if not changes:
             return
         manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
-        change = _Change(kind, obj, changes, when or _now())
-        mine = self._mine.get(rv) if rv is not None else None
-        if mine is not None:
-            self._record(change, mine[0], SELF, mine[1], mine[2], owners)
+        gap = _state_digest(old) if isinstance(state, Entry) else None
+        change = _Change(kind, obj, changes, when or _now(), gap)
+        version = resource_version(obj)
+        mine = self._mine.get(version)
+        if mine is not None and mine.made(change):
+            self._record(change, mine.writer[0], SELF, *mine.writer[1:], recorded, own=True)
             return
-        self._by[rv or 0] = _who(UNKNOWN if manager == SELF else manager, manager, None, None)
-        if manager == SELF:
+        actor = UNKNOWN if manager == SELF else manager
+        self._by[version] = _who(actor, manager, None, None)
+        if mine is not None:
+            # A relist's gap that ends at this replica's write but holds more than it: it is
+            # not pinned on the caller.
+            self._record(change, actor, manager, None, None, recorded)
+        elif manager == SELF:
             # Another replica's write, or this one's whose answer is still on its way.
-            self._later(change, rv, owners)
+            self._later(change, version, recorded)
         else:
-            self._record(change, manager, manager, None, None, owners)
+            self._record(change, manager, manager, None, None, recorded)
+
+    def _start_seed(self, kind: Kind, obj: Obj, uid: str) -> None:
+        self._seeding[uid] = obj
+        self._spawn(self._seed(kind, uid))
+
+    def _forget(self, uid: str) -> None:
+        """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
+        self._remembered.pop(uid, None)
+        self._held.pop(uid, None)
+        self._reached.pop(uid, None)
+        self._seeding.pop(uid, None)
+        self._arrived(uid, None)
+        self._gone[uid] = True  # a recording still under way keeps nothing for it either
 
     def _first_sight(self, kind: Kind, entry: Entry) -> None:
         """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
@@ -477,22 +584,22 @@ class History:
         while self._firsts:
             batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
             for kind, entry in batch:
-                if entry.uid is None or entry.uid in self._remembered:
+                if entry.uid is None or entry.uid in self._remembered or entry.uid in self._seeding:
                     continue  # gone or changed since: what was seen then is newer
                 obj = entry.obj()
                 owners = self._owners_after({}, None, obj)
                 if owners:
                     self._remembered[entry.uid] = owners
                 if self.enabled and self.ownership.markers(obj):
-                    self._spawn(self._seed(kind, obj, entry.uid))
+                    self._start_seed(kind, obj, entry.uid)
             await asyncio.sleep(0)
 
-    def _arrived(self, uid: str, rv: int | None) -> None:
-        """The informers reached `rv` of a CR (None: it is gone): this replica's writes up
-        to it are no longer awaited."""
+    def _arrived(self, uid: str, gen: int | None) -> None:
+        """The informers reached generation `gen` of a CR (None: it is gone, or a state that
+        does not say): this replica's writes up to it are no longer awaited."""
         left = []
         for wanted, waiting in self._unseen.pop(uid, []):
-            if rv is None or wanted <= rv:
+            if gen is None or wanted <= gen:
                 if not waiting.done():
                     waiting.set_result(None)
             else:
@@ -500,13 +607,11 @@ class History:
         if left:
             self._unseen[uid] = left
 
-    def _later(self, change: _Change, rv: int | None, owners: dict[str, Owner]) -> None:
+    def _later(self, change: _Change, rv: str, owners: dict[str, Owner] | None) -> None:
         if not self.enabled:
             return
 
         answered = asyncio.Event()
-        if rv is not None:
-            self._answers[rv] = answered
 
         async def wait() -> None:
             # Until this replica's own answer names the change (see `wrote`), or the grace
@@ -514,15 +619,17 @@ class History:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.grace):
                     await answered.wait()
-            if rv is not None and self._answers.get(rv) is answered:
+            held = self._answers.get(rv)
+            if held is not None and held[0] is answered:
                 del self._answers[rv]
-            mine = self._mine.get(rv) if rv is not None else None
-            if mine is not None:
-                await self._store(change, mine[0], SELF, mine[1], mine[2], owners)
+            mine = self._mine.get(rv)
+            if mine is not None and mine.made(change):
+                await self._store(change, mine.writer[0], SELF, *mine.writer[1:], owners)
             else:
                 await self._store(change, UNKNOWN, SELF, None, None, owners, placeholder=True)
 
-        self._spawn(wait(), uid_of(change.obj))
+        # Not a recording a read here waits for, unless this replica's answer names it.
+        self._answers[rv] = (answered, self._spawn(wait()))
 
     def _record(
         self,
@@ -531,28 +638,37 @@ class History:
         via: str,
         request_id: str | None,
         client_request_id: str | None,
-        owners: dict[str, Owner],
+        owners: dict[str, Owner] | None,
+        *,
+        own: bool = False,
     ) -> None:
         if self.enabled:
-            self._spawn(
-                self._store(change, actor, via, request_id, client_request_id, owners),
-                uid_of(change.obj),
+            task = self._spawn(
+                self._store(change, actor, via, request_id, client_request_id, owners)
             )
+            uid = uid_of(change.obj)
+            if own and uid:
+                self._own(uid, task)
 
-    def _spawn(self, work: Any, uid: str | None = None) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if uid:
-            waiting = self._recording.setdefault(uid, set())
-            waiting.add(task)
+        return task
 
-            def done(t: asyncio.Task[None]) -> None:
-                waiting.discard(t)
-                if not waiting and self._recording.get(uid) is waiting:
-                    del self._recording[uid]
+    def _own(self, uid: str, task: asyncio.Task[None]) -> None:
+        """`task` records this replica's own write: a read of the CR here waits for it."""
+        if task.done():
+            return
+        waiting = self._recording.setdefault(uid, set())
+        waiting.add(task)
 
-            task.add_done_callback(done)
+        def done(t: asyncio.Task[None]) -> None:
+            waiting.discard(t)
+            if not waiting and self._recording.get(uid) is waiting:
+                del self._recording[uid]
+
+        task.add_done_callback(done)
 
     # -- storing ---------------------------------------------------------------------------
 
@@ -563,7 +679,7 @@ class History:
         via: str,
         request_id: str | None,
         client_request_id: str | None,
-        owners: Mapping[str, Owner],
+        owners: Mapping[str, Owner] | None,
     ) -> Obj:
         kind, obj = change.kind, change.obj
         after = owned_fields(kind, obj)
@@ -579,10 +695,10 @@ class History:
                 for c in change.changes
             ],
             "after": body_of(kind, kind.route_of(obj), {k: capped(v) for k, v in after.items()}),
-            "owners": _owners_json(owners),
+            "owners": None if owners is None else _owners_json(owners),
         }
 
-    def _revision(self, kind: Kind, obj: Obj, entry: Obj) -> Obj:
+    def _revision(self, kind: Kind, obj: Obj, entry: Obj, *, across: bool = False) -> Obj:
         meta = obj.get("metadata") or {}
         uid = uid_of(obj) or ""
         return {
@@ -596,6 +712,7 @@ class History:
                     UID_LABEL: uid,
                     KIND_LABEL: kind.name,
                 },
+                **({"annotations": {ACROSS_RELIST: "true"}} if across else {}),
                 "ownerReferences": [
                     {
                         "apiVersion": str(obj.get("apiVersion", "")),
@@ -615,12 +732,12 @@ class History:
         via: str,
         request_id: str | None,
         client_request_id: str | None,
-        owners: Mapping[str, Owner],
+        owners: Mapping[str, Owner] | None,
         *,
         placeholder: bool = False,
     ) -> None:
         entry = self._entry(change, actor, via, request_id, client_request_id, owners)
-        body = self._revision(change.kind, change.obj, entry)
+        body = self._revision(change.kind, change.obj, entry, across=change.gap is not None)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         backoff = Backoff()
         loop = asyncio.get_running_loop()
@@ -628,20 +745,24 @@ class History:
         retried = False
         while True:
             try:
-                stored = await self._create(body, replaces=via == SELF and not placeholder)
+                stored = await self._create(
+                    body, replaces=via == SELF and actor != UNKNOWN and not placeholder
+                )
                 self._count("stored" if stored else "already")
                 if stored:
                     await self._prune(namespace, uid_of(change.obj) or "")
                 return
             except KubeError as exc:
                 delay = exc.retry_after or backoff.next()
-                # The API server away, or busy: the change waits for it (a while), rather
-                # than be lost from the history.
-                if _passing(exc) and loop.time() + delay < given_up_at:
+                # The API server away, or busy, or just restarted and not serving revisions
+                # yet (404: the CR's namespace exists, it was just observed): the change waits
+                # for it (a while), rather than be lost from the history.
+                if (_passing(exc) or exc.status == 404) and loop.time() + delay < given_up_at:
                     if not retried:  # once, not at every retry
                         log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
                     retried = True
-                    await asyncio.sleep(delay)
+                    if await self.pause(delay):
+                        backoff.reset()  # woken as the API server answers again
                     continue
                 self._count("failed")
                 log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
@@ -654,19 +775,21 @@ class History:
     async def _create(self, body: Obj, *, replaces: bool) -> bool:
         """Create a revision; False when it exists already (another replica's). With
         `replaces` (this replica's own write), a placeholder another replica left for it
-        (`unknown`: it could not tell whose it was) gives way to it."""
+        (`unknown`: it could not tell whose it was) gives way to it; and one made across a
+        relist's gap gives way to one made from consecutive states."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        across = _across(body)
         try:
             await self.kube.create(REVISIONS, namespace, body)
             return True
         except KubeError as exc:
-            if exc.status != 409 or not replaces:
-                if exc.status == 409:
-                    return False
+            if exc.status != 409:
                 raise
+            if not replaces and across:
+                return False
         held = await self.kube.get(REVISIONS, namespace, name)
-        if not _placeholder(_data(held)):
+        if not ((replaces and _placeholder(_data(held))) or (_across(held) and not across)):
             return False
         return await self._replace(body, held)
 
@@ -764,23 +887,41 @@ class History:
             except KubeError as exc:
                 if exc.status not in (404, 409):
                     raise
-        self._held[uid] = len(items) - len(extra)
+        if uid not in self._gone:
+            self._held[uid] = len(items) - len(extra)
 
     def _count(self, outcome: str) -> None:
         self.metrics.history_entries.labels(outcome).inc()
 
-    async def _seed(self, kind: Kind, obj: Obj, uid: str) -> None:
-        """After a start: the GitOps owners a marked CR's newest revision remembers."""
+    async def _seed(self, kind: Kind, uid: str) -> None:
+        """After a start: the GitOps owners a marked CR's newest revision that says remembers,
+        merged with those observed since (which win), re-checked on the newest state observed
+        (the index's copy)."""
+        obj = self._seeding.get(uid)
+        if obj is None:
+            return
         namespace = str((obj.get("metadata") or {}).get("namespace", ""))
-        async with self._seeds:
-            try:
-                entries = [_data(r) for r in await self._list(namespace, uid)]
-            except KubeError as exc:
-                log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
-                return
-        newest = max(entries, key=_order, default=None)
-        if newest is not None:
-            self._remembered[uid] = self._owners_after(_owners_of(newest), None, obj)
+        try:
+            async with self._seeds:
+                try:
+                    entries = [_data(r) for r in await self._list(namespace, uid)]
+                except KubeError as exc:
+                    log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
+                    return
+            current = self._seeding.get(uid)
+            if current is None:
+                return  # gone meanwhile
+            told = [e for e in entries if isinstance(e.get("owners"), dict)]
+            newest = max(told, key=_order, default=None)
+            seeded = _owners_of(newest) if newest is not None else {}
+            merged = {**seeded, **self._remembered.get(uid, {})}
+            owners = self._owners_after(merged, None, current)
+            if owners:
+                self._remembered[uid] = owners
+            else:
+                self._remembered.pop(uid, None)
+        finally:
+            self._seeding.pop(uid, None)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -956,6 +1097,7 @@ class History:
             "actor": entry["actor"],
             "requestId": entry["requestId"],
             "clientRequestId": None,
+            "via": SELF,
             "migrated": True,
         }
         await self._replace({**body, "data": orjson.dumps(named).decode()}, held)
@@ -1040,6 +1182,11 @@ def _who(actor: str, via: str, request_id: str | None, client_request_id: str | 
     }
 
 
+def _across(revision: Obj) -> bool:
+    annotations = (revision.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(ACROSS_RELIST) == "true")
+
+
 def _data(revision: Obj) -> Obj:
     raw = revision.get("data")
     try:
@@ -1050,8 +1197,10 @@ def _data(revision: Obj) -> Obj:
 
 
 def _placeholder(entry: Obj) -> bool:
-    """A revision left for a change through slo-api that no replica could attribute."""
-    return entry.get("actor") == UNKNOWN and entry.get("via") == SELF and not entry.get("migrated")
+    """A revision no replica could attribute when it was made (`unknown`, via slo-api or not:
+    a reset through slo-api may leave no slo-api manager in managedFields for another replica
+    to see), which the writer's own record, or a carried entry naming the caller, replaces."""
+    return entry.get("actor") == UNKNOWN and not entry.get("migrated")
 
 
 # -- what an earlier version wrote -------------------------------------------------------------

@@ -20,13 +20,12 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from slo_api import heap
-from slo_api.bounded import BoundedDict
+from slo_api.managed_fields import last_changed
 from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
@@ -75,44 +74,6 @@ def rv_number(obj: Obj) -> int | None:
     when it is not one (the API server promises only an opaque string)."""
     value = resource_version(obj)
     return int(value) if value.isdigit() else None
-
-
-def stamp_of(time: object) -> int:
-    """A managedFields entry's `time` (RFC 3339, seconds) as epoch seconds; 0 when unreadable."""
-    if not isinstance(time, str):
-        return 0
-    try:
-        return int(datetime.fromisoformat(time).timestamp())
-    except ValueError:
-        return 0
-
-
-def manager_key(entry: Obj) -> str:
-    """Which managedFields entry: its manager and operation (interned: they repeat)."""
-    return sys.intern(f"{entry.get('manager', '')}\0{entry.get('operation', '')}")
-
-
-def field_entries(obj: Obj) -> list[Obj]:
-    """An object's managedFields entries, but those of subresources (status)."""
-    return [
-        e
-        for e in (obj.get("metadata") or {}).get("managedFields") or []
-        if isinstance(e, dict) and not e.get("subresource")
-    ]
-
-
-def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
-    """The newest `time` among an object's managedFields entries as epoch seconds (0: none),
-    and which entries (`manager_key`) carry it."""
-    stamped = [(stamp_of(e.get("time")), e) for e in field_entries(obj)]
-    newest = max((t for t, _ in stamped), default=0)
-    keys = tuple(manager_key(e) for t, e in stamped if t == newest)
-    # Few combinations of managers exist: every CR of one shares one tuple (the index holds
-    # one per CR).
-    return newest, _LATEST.setdefault(keys, keys)
-
-
-_LATEST: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
 
 
 def _newer(held: Entry, listed: Entry) -> bool:

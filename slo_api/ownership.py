@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from slo_api.managed_fields import field_entries, spec_keys
+
 Obj = dict[str, Any]
 
 # The fields below `spec` a client may change, for every kind (a kind has only its own).
@@ -110,16 +112,7 @@ def last_applied(obj: Obj) -> frozenset[str]:
 
 def _fields(entry: Obj) -> list[str]:
     """The client-owned fields below `spec` that a managedFields entry holds (any part of)."""
-    spec = _dict(_dict(entry.get("fieldsV1")).get("f:spec"))
-    return [k[2:] for k in spec if k.startswith("f:") and k[2:] in CLIENT_FIELDS]
-
-
-def _entries(obj: Obj) -> list[Obj]:
-    """The CR's own managedFields entries (a subresource's, such as status, hold no spec)."""
-    entries = _dict(obj.get("metadata")).get("managedFields")
-    if not isinstance(entries, list):
-        return []
-    return [e for e in entries if isinstance(e, dict) and not e.get("subresource")]
+    return [k for k in spec_keys(entry) if k in CLIENT_FIELDS]
 
 
 @dataclass(frozen=True)
@@ -270,7 +263,7 @@ class Ownership:
         meta = _dict(obj.get("metadata"))
         if _dict(meta.get("annotations")).get(CO_OWNED) == "true":
             return {}
-        entries = _entries(obj)
+        entries = field_entries(obj)
         if not entries and not remembered:
             return {}
         markers = self.markers(obj)
@@ -336,7 +329,7 @@ class Ownership:
         if not isinstance(meta, dict) or "managedFields" not in meta:
             return obj
         rest = {k: v for k, v in meta.items() if k != "managedFields"}
-        entries = _entries(obj)
+        entries = field_entries(obj)
         tools = self._tools
         if not any(e.get("manager") in tools for e in entries) and not self.markers(obj):
             return {**obj, "metadata": rest}

@@ -117,6 +117,8 @@ class Runtime:
         self.label_selector = settings.watch_label_selector
         # Wakes every watch loop asleep in its backoff when the API server answers again.
         self.recovery = Recovery(kube.ready)
+        # A revision's create that met an outage retries as soon as the API server is back.
+        self.history.pause = self.recovery.pause
         loops = Loops(
             kube,
             self.index,

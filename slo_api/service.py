@@ -208,9 +208,10 @@ class Service:
         # The kind whose CRs list others as members (pools): what a member's `pool` shows.
         self.pools = next((k.name for k in kinds if k.groups_routes), "")
         self._pool_plural = next((k.resource.plural for k in kinds if k.groups_routes), "")
-        # Told of each stored write's answer before the index stores it (the route history
-        # notes the resourceVersion its caller made, for when the watch brings the change).
-        self.on_written: Callable[[Obj], None] = _ignore
+        # Told of each stored write's answer before the index stores it, with the state it was
+        # made on (its precondition) and the kind (the route history notes the resourceVersion
+        # its caller made and from what, for when the watch brings the change).
+        self.on_written: Callable[[Obj, Obj, Kind], None] = _ignore
 
     def full_view(self, claims: Owners, allowed: Allowed | None) -> str:
         """The line view of a route's full item for a caller who may list `allowed` (None:
@@ -463,7 +464,7 @@ class Service:
                 current, fresh = await self._fresh(target), True
                 continue
             if not dry_run:
-                self.on_written(obj)
+                self.on_written(obj, current, target.kind)
                 self.index.write_through(target.kind.resource.plural, obj)
             return Result(
                 self.project(target.kind, obj, pools),
@@ -550,5 +551,5 @@ def _no_pool(namespace: str, member: str) -> Obj | None:
     return None
 
 
-def _ignore(obj: Obj) -> None:
+def _ignore(obj: Obj, before: Obj, kind: Kind) -> None:
     return None

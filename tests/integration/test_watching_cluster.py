@@ -429,6 +429,15 @@ async def test_a_change_seen_only_in_a_relist_is_in_the_history_once(
     async with running(gated_kubeconfig) as service:
         await service.eventually(lambda: service.indexed(route), what="the list")
         assert (await service.put(f"/routes/{route}", {"priority": 2})).is_success
+
+        async def recorded(at_least: int) -> bool:
+            got = await service.get(f"/routes/{route}/history")
+            return bool(got.status_code == 200 and got.json()["total"] >= at_least)
+
+        # The write's event observed (its revision is in) before the watch is cut: a write
+        # whose event the cut swallows is inside the relist's gap, and has no revision of
+        # its own (its answer alone does not show what else changed up to the listed state).
+        await service.eventually(lambda: recorded(1), within=60, what="the write recorded")
         relists_before = relists(service, "llm")
         gate.down()
         for priority in (5, 7):  # two changes: the relist shows only the last
@@ -447,12 +456,7 @@ async def test_a_change_seen_only_in_a_relist_is_in_the_history_once(
             lambda: relists(service, "llm") > relists_before, within=60, what="a relist"
         )
 
-        async def two() -> bool:
-            got = await service.get(f"/routes/{route}/history")
-            return bool(got.status_code == 200 and got.json()["total"] >= 2)
-
-        # The write's own revision too: its create met the outage and is retried (backoff).
-        await service.eventually(two, within=120, what="both changes recorded")
+        await service.eventually(lambda: recorded(2), within=120, what="both changes recorded")
         await service.runtime.history.close()
         history = (await service.get(f"/routes/{route}/history")).json()
     assert history["total"] == 2, history

@@ -54,7 +54,8 @@ def _managed(*entries: tuple[str, str, list[str]]) -> list[dict[str, Any]]:
 
 def _state(rv: int, managed: list[dict[str, Any]], uid: str = "u1", **spec: Any) -> dict[str, Any]:
     obj = llm_cr("cr-1", route="a", **spec)
-    obj["metadata"].update(uid=uid, resourceVersion=str(rv), managedFields=managed)
+    # Each state of these a spec change: its generation grows with its version.
+    obj["metadata"].update(uid=uid, resourceVersion=str(rv), generation=rv, managedFields=managed)
     return obj
 
 
@@ -524,6 +525,7 @@ def test_the_gitops_owners_after_each_change_are_kept_and_remembered_after_a_res
         marked = _state(10, argo, priority=1)
         marked["metadata"]["annotations"] = {"argocd.argoproj.io/tracking-id": "app:x/y:ns/cr-1"}
         replica.observe(PLURAL, GROUP, NAME, marked)
+        await _settle(replica)  # its seed is in (until then no revision says who owns what)
         changed = copy.deepcopy(marked)
         changed["metadata"]["resourceVersion"] = "11"
         changed["spec"]["priority"] = 2

@@ -1,0 +1,71 @@
+"""Reading `metadata.managedFields`: the one place that knows its shape.
+
+Pure functions of an object (no I/O, no state but a small table of shared tuples): which
+entries are the object's own (a subresource's, such as status, hold no spec), which entry is
+which (manager and operation), when each was stamped, and which fields below `spec` an entry
+holds. The index (when a CR last changed), the route history (who made a change) and the
+GitOps ownership rules (who owns a field) all read managedFields through these.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+from slo_api.bounded import BoundedDict
+
+Obj = dict[str, Any]
+
+
+def field_entries(obj: Obj) -> list[Obj]:
+    """An object's own managedFields entries: not those of subresources (status)."""
+    meta = obj.get("metadata")
+    entries = meta.get("managedFields") if isinstance(meta, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and not e.get("subresource")]
+
+
+def spec_keys(entry: Obj) -> list[str]:
+    """The fields directly below `spec` that an entry holds (any part of), without `f:`."""
+    fields = entry.get("fieldsV1")
+    spec = fields.get("f:spec") if isinstance(fields, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    return [k[2:] for k in spec if k.startswith("f:")]
+
+
+def stamp_of(time: object) -> int:
+    """A managedFields entry's `time` (RFC 3339, seconds) as epoch seconds; 0 when unreadable."""
+    if not isinstance(time, str):
+        return 0
+    try:
+        return int(datetime.fromisoformat(time).timestamp())
+    except ValueError:
+        return 0
+
+
+def manager_key(entry: Obj) -> str:
+    """Which managedFields entry: its manager and operation (interned: they repeat)."""
+    return sys.intern(f"{entry.get('manager', '')}\0{entry.get('operation', '')}")
+
+
+def stamps(obj: Obj) -> dict[str, int]:
+    """When each field manager (and operation) last changed the object: an Update stamps its
+    entry with the time of the change; another manager taking or removing its fields does not."""
+    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
+
+
+def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
+    """The newest `time` among an object's managedFields entries as epoch seconds (0: none),
+    and which entries (`manager_key`) carry it."""
+    stamped = [(stamp_of(e.get("time")), e) for e in field_entries(obj)]
+    newest = max((t for t, _ in stamped), default=0)
+    keys = tuple(manager_key(e) for t, e in stamped if t == newest)
+    # Few combinations of managers exist: every CR of one shares one tuple (the index holds
+    # one per CR).
+    return newest, _LATEST.setdefault(keys, keys)
+
+
+_LATEST: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
