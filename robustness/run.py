@@ -38,7 +38,7 @@ from controlplane.admin import load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
 from controlplane.demo import start_service, wait_ready
 from controlplane.server import free_port
-from robustness.faults import FAULTS
+from robustness.faults import FAULTS, Schedule
 from robustness.recording import (
     GAP,
     KUBE,
@@ -51,7 +51,7 @@ from robustness.recording import (
     Truth,
     load,
 )
-from robustness.validators import report, validate
+from robustness.validators import Violation, report, validate
 
 TOKEN = "robustness-write-token-0123456789"  # noqa: S105 - the local run's own
 SLO = "inference.modelsphere.dev/v1alpha1"
@@ -84,6 +84,15 @@ class Options:
     routes: int = 3  # of each kind per namespace
     workers: int = 3
     watchers: int = 2
+
+
+@dataclass
+class Outcome:
+    """What a finished run found: the faults that ran, the violations, the report."""
+
+    faults: list[Fault]
+    violations: list[Violation]
+    report: str
 
 
 @dataclass
@@ -155,6 +164,8 @@ class Run:
         self.world = World()
         self.stopping = asyncio.Event()
         self.done = asyncio.Event()
+        self.all_faults = asyncio.Event()
+        self.outcome = Outcome([], [], "")
         self.ids = 0
         self.kube: httpx.AsyncClient | None = None
         self.http = httpx.AsyncClient(timeout=15)
@@ -586,37 +597,46 @@ class Run:
     # -- faults --------------------------------------------------------------------------------
 
     async def faults(self) -> None:
+        """Faults on the seeded schedule until the traffic stops; `all_faults` is set once each
+        enabled kind has run (the traffic lasts until then, however short `--duration`)."""
+        schedule = Schedule(self.random, self.options.faults)
+        end = time.time() + self.options.duration
+        try:
+            while not self.stopping.is_set() and self.options.faults:
+                await asyncio.sleep(schedule.gap(end - time.time()))
+                if self.stopping.is_set():
+                    return
+                await self.inject(schedule.next())
+                if schedule.complete:
+                    self.all_faults.set()
+        finally:
+            self.all_faults.set()  # no faults, or a harness error: the traffic must still end
+
+    async def inject(self, name: str) -> None:
         r = self.random
-        if not self.options.faults:
-            return
-        while not self.stopping.is_set():
-            await asyncio.sleep(r.uniform(8, 20))
-            if self.stopping.is_set():
-                return
-            name = r.choice(self.options.faults)
-            start = time.time()
-            target = "apiserver"
-            detail = ""
-            if name == "kill":
-                replica = r.choice(self.replicas)
-                target = replica.name
-                assert replica.proc is not None
-                replica.proc.send_signal(signal.SIGKILL)
-                await asyncio.to_thread(replica.proc.wait)
-                await asyncio.sleep(r.uniform(1, 4))
-                self.start_replica(replica)
-                await asyncio.to_thread(self.wait_replica, replica)
-            elif name == "pause":
-                seconds = r.uniform(2, 6)
-                detail = f"{seconds:.1f} s"
-                self.cluster.plane.signal_apiserver(signal.SIGSTOP)
-                await asyncio.sleep(seconds)
-                self.cluster.plane.signal_apiserver(signal.SIGCONT)
-            elif name == "compaction":
-                detail = f"revision {await asyncio.to_thread(self.cluster.plane.compact_etcd)}"
-            elif name == "restart":
-                await asyncio.to_thread(self.cluster.plane.restart_apiserver)
-            self.recorder.write(Fault(name, target, start, time.time(), detail))
+        start = time.time()
+        target = "apiserver"
+        detail = ""
+        if name == "kill":
+            replica = r.choice(self.replicas)
+            target = replica.name
+            assert replica.proc is not None
+            replica.proc.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(replica.proc.wait)
+            await asyncio.sleep(r.uniform(1, 4))
+            self.start_replica(replica)
+            await asyncio.to_thread(self.wait_replica, replica)
+        elif name == "pause":
+            seconds = r.uniform(2, 6)
+            detail = f"{seconds:.1f} s"
+            self.cluster.plane.signal_apiserver(signal.SIGSTOP)
+            await asyncio.sleep(seconds)
+            self.cluster.plane.signal_apiserver(signal.SIGCONT)
+        elif name == "compaction":
+            detail = f"revision {await asyncio.to_thread(self.cluster.plane.compact_etcd)}"
+        elif name == "restart":
+            await asyncio.to_thread(self.cluster.plane.restart_apiserver)
+        self.recorder.write(Fault(name, target, start, time.time(), detail))
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -644,6 +664,7 @@ class Run:
         workers = [asyncio.create_task(self.worker()) for _ in range(self.options.workers)]
         faults = asyncio.create_task(self.faults())
         await asyncio.sleep(self.options.duration)
+        await self.all_faults.wait()
         self.stopping.set()
         await asyncio.gather(*workers, faults)
         # Settle: the watchers' last sessions, opened after the traffic, stay open through it.
@@ -691,6 +712,7 @@ class Run:
         recording = load(self.folder / "recording.jsonl")
         violations = validate(recording)
         text = report(recording, violations)
+        self.outcome = Outcome(recording.faults, violations, text)
         (self.folder / "report.txt").write_text(text)
         sys.stdout.write(text)
         print(f"recording and report: {self.folder}")
