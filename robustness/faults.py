@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import random
 
-# kill: kill -9 of a replica, then its restart on the same port; pause: SIGSTOP of the API
-# server, SIGCONT seconds later; compaction: etcd's history compacted (watches get 410 and
-# relist); restart: the API server restarted, etcd keeping its data.
-FAULTS = ("kill", "pause", "compaction", "restart")
+# kill: kill -9 of a replica, then its restart on the same port; term: SIGTERM of a replica
+# (it drains and exits), then its restart; pause: SIGSTOP of the API server, SIGCONT seconds
+# later; compaction: etcd's history compacted (watches get 410 and relist); restart: the API
+# server restarted, etcd keeping its data; between one replica and the API server, through
+# Toxiproxy (robustness/toxiproxy.py): latency (every answer and event delayed), stall (the
+# connections hold, no data passes), reset (connections reset by peer).
+NETWORK = ("latency", "stall", "reset")
+FAULTS = ("kill", "term", "pause", "compaction", "restart", *NETWORK)
 
 # The pause before each fault when nothing presses: a fault every 8 to 20 s.
 GAP = (8.0, 20.0)

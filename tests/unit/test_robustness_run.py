@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import AsyncIterator
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from robustness.faults import FAULTS, LEAST_GAP, Schedule
 from robustness.model import build
-from robustness.recording import Meta, Recording, Truth
-from robustness.run import trim
+from robustness.recording import Meta, Obj, Recording, Truth
+from robustness.run import sse_events, trim
 
 
 def test_the_truth_keeps_each_managers_spec_fields_and_drops_the_rest() -> None:
@@ -94,3 +96,30 @@ def test_the_same_seed_schedules_the_same_faults() -> None:
 
     assert plan(7) == plan(7)
     assert plan(7) != plan(8)
+
+
+def test_a_server_sent_event_is_read_as_its_ndjson_line_with_its_id_as_revision() -> None:
+    async def lines() -> AsyncIterator[str]:
+        for line in [
+            'data: {"type":"ADDED","route":"a"}',
+            "",
+            "retry: 3000",
+            "",
+            "id: r2",
+            'data: {"type":"MODIFIED",',
+            'data: "route":"a"}',
+            "",
+            'data: {"type":"BOOKMARK","revision":"r3"}',
+            "id: r3",
+            "",
+        ]:
+            yield line
+
+    async def read() -> list[Obj]:
+        return [event async for event in sse_events(lines())]
+
+    assert asyncio.run(read()) == [
+        {"type": "ADDED", "route": "a"},
+        {"type": "MODIFIED", "route": "a", "revision": "r2"},
+        {"type": "BOOKMARK", "revision": "r3"},
+    ]
