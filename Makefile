@@ -122,7 +122,8 @@ soak: venv controlplane
 	$(PY) -m tests.soak --duration 300
 
 # The robustness harness: seeded random traffic and faults against the real control plane and
-# two slo-api replicas, recorded and validated (docs/development.md); not part of `make test`.
+# two slo-api replicas, recorded and validated (docs/development.md); `make test` runs a short
+# pass with two fixed seeds (tests/integration/test_robustness_pass.py).
 # DURATION seconds of traffic (120), SEED (random, printed); recording and report under
 # .robustness/. NO="kill pause" turns faults off.
 robustness: venv controlplane

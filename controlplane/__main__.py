@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.binaries import ensure_all, ensure_jaeger
+from controlplane.binaries import ensure_all, ensure_jaeger, ensure_toxiproxy
 from controlplane.cluster import Cluster
 from controlplane.server import StartError
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
         "build",
-        help="build or find the control plane's binaries and Jaeger's; print their paths",
+        help="build or find the control plane's binaries, Jaeger's and Toxiproxy's; print paths",
     )
     cluster = commands.add_parser("cluster", help="run a control plane in the foreground")
     cluster.add_argument(
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             f"kube-apiserver: {binaries.kube_apiserver}\n"
             f"kube-controller-manager: {binaries.kube_controller_manager}\n"
             f"etcd: {binaries.etcd}\n"
-            f"jaeger: {ensure_jaeger()}"
+            f"jaeger: {ensure_jaeger()}\n"
+            f"toxiproxy: {ensure_toxiproxy()}"
         )
         return 0
     return run_cluster(args.dir)

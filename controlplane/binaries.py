@@ -67,6 +67,15 @@ JAEGER = _Component(
     "github.com/jaegertracing/jaeger/cmd/jaeger",
 )
 
+# Toxiproxy's server: the TCP proxy the robustness harness puts between each slo-api replica
+# and the API server for its network faults (latency, a stalled connection, resets).
+TOXIPROXY = _Component(
+    "toxiproxy",
+    GO_DIR / "toxiproxy",
+    "github.com/Shopify/toxiproxy/v2",
+    "github.com/Shopify/toxiproxy/v2/cmd/server",
+)
+
 
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -151,6 +160,11 @@ def ensure(component: _Component, env_name: str) -> Path:
 def ensure_jaeger() -> Path:
     """Jaeger's all-in-one: TEST_ASSET_JAEGER names a prebuilt one, else it is built and cached."""
     return ensure(JAEGER, "TEST_ASSET_JAEGER")
+
+
+def ensure_toxiproxy() -> Path:
+    """Toxiproxy's server: TEST_ASSET_TOXIPROXY names a prebuilt one, else built and cached."""
+    return ensure(TOXIPROXY, "TEST_ASSET_TOXIPROXY")
 
 
 def ensure_all() -> Binaries:

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--results", type=Path, default=RESULTS)
     run.add_argument("--routes", type=int, default=3, help="LLM and job CRs per namespace")
     run.add_argument("--workers", type=int, default=3, help="concurrent writers and readers")
-    run.add_argument("--watchers", type=int, default=2, help="change-stream watchers")
+    run.add_argument("--watchers", type=int, default=3, help="change-stream watchers")
     from robustness.faults import FAULTS
 
     for name in FAULTS:
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace, faults: tuple[str, ...]) -> int:
     off = [name for name in faults if getattr(args, f"no_{name}")]
     command = ["python", "-m", "robustness", "run", "--seed", str(seed)]
     command += ["--duration", f"{args.duration:g}", *(f"--no-{name}" for name in off)]
-    for flag, default in (("routes", 3), ("workers", 3), ("watchers", 2)):
+    for flag, default in (("routes", 3), ("workers", 3), ("watchers", 3)):
         if getattr(args, flag) != default:
             command += [f"--{flag}", str(getattr(args, flag))]
     print(f"seed {seed}: {' '.join(command)}", flush=True)

@@ -1,18 +1,10 @@
-"""One robustness run: the real control plane, two slo-api replicas as processes, the
-harness's own watch (the ground truth), seeded random traffic and faults, everything recorded,
-then the validators.
+"""One robustness run: the real control plane, slo-api replicas as processes (two, and a third
+joining mid-run), the harness's own watch (the ground truth), seeded random traffic and faults,
+everything recorded, then the validators.
 
-What exists in this first version (docs/development.md says the same):
-- traffic: slo-api PUT (priority, bounds, sections, queue, pool settings) and DELETE on both
-  replicas as the static write token, with If-Match right and stale, dryRun and force; route
-  and history reads; merge patches around slo-api (field manager `kubectl-edit`); server-side
-  applies by `argocd-controller` on CRs marked as Argo CD's; CR deletes and re-creates under
-  the same name; change-stream watchers (NDJSON, summary view) that drop at random points and
-  resume with `since` on the other replica;
-- faults (each on by default, `--no-NAME` turns one off): `kill` (kill -9 of a replica and its
-  restart on the same port), `pause` (SIGSTOP/SIGCONT of the API server), `compaction` (etcd's
-  history compacted: watches get 410 and relist), `restart` (the API server restarted, etcd
-  keeps its data).
+docs/development.md ("The robustness harness") says what the traffic and the faults are; the
+faults and their schedule are in robustness/faults.py, the network ones' proxy in
+robustness/toxiproxy.py.
 """
 
 from __future__ import annotations
@@ -33,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from controlplane.admin import load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
 from controlplane.demo import start_service, wait_ready
 from controlplane.server import free_port
-from robustness.faults import FAULTS
+from robustness.faults import FAULTS, NETWORK, Schedule
 from robustness.recording import (
     GAP,
     KUBE,
@@ -51,7 +44,8 @@ from robustness.recording import (
     Truth,
     load,
 )
-from robustness.validators import report, validate
+from robustness.toxiproxy import Toxiproxy
+from robustness.validators import Violation, report, validate
 
 TOKEN = "robustness-write-token-0123456789"  # noqa: S105 - the local run's own
 SLO = "inference.modelsphere.dev/v1alpha1"
@@ -71,6 +65,25 @@ KINDS = {
     "job": ("JobSLORequirement", "jobslorequirements"),
 }
 HISTORY_ENTRIES = 20
+# The Kubernetes identities beside the static write token: ServiceAccounts in PEOPLE, each
+# bound to one of config/user-roles' ClusterRoles in one namespace (the replicas review their
+# tokens: SLO_API_KUBERNETES_AUTH).
+PEOPLE = "people"
+ACCOUNTS = {"editor-a": ("slo-api-edit", "team-a"), "viewer-b": ("slo-api-view", "team-b")}
+IDENTITIES: dict[str, Obj] = {
+    "writer": {"actor": "token:write"},
+    **{
+        name: {"actor": f"system:serviceaccount:{PEOPLE}:{name}", "namespaces": [namespace]}
+        for name, (_, namespace) in ACCOUNTS.items()
+    },
+}
+# Flux's kustomize-controller marks what it applies with these labels.
+FLUX = {
+    "kustomize.toolkit.fluxcd.io/name": "inference",
+    "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+}
+# What the harness's own status writer (a controller) calls itself.
+CONTROLLER = "slo-controller"
 SETTLE_SECONDS = 15.0
 ARGO = {"argocd.argoproj.io/tracking-id": "inference:inference.modelsphere.dev/x"}
 
@@ -83,7 +96,34 @@ class Options:
     results: Path
     routes: int = 3  # of each kind per namespace
     workers: int = 3
-    watchers: int = 2
+    watchers: int = 3
+
+
+@dataclass(frozen=True)
+class Watcher:
+    """Who a change-stream watcher is and what it asks for."""
+
+    identity: str
+    view: str = "summary"
+    sse: bool = False
+
+
+# In order: watcher i is WATCHERS[i % 3]. The viewer may see only team-b: its stream must show
+# nothing of team-a.
+WATCHERS = (
+    Watcher("writer"),
+    Watcher("viewer-b", sse=True),
+    Watcher("editor-a", view="full"),
+)
+
+
+@dataclass
+class Outcome:
+    """What a finished run found: the faults that ran, the violations, the report."""
+
+    faults: list[Fault]
+    violations: list[Violation]
+    report: str
 
 
 @dataclass
@@ -92,6 +132,7 @@ class Replica:
     port: int
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    kubeconfig: Path | None = None  # its own, through its proxy, when there are network faults
 
     @property
     def url(self) -> str:
@@ -155,7 +196,14 @@ class Run:
         self.world = World()
         self.stopping = asyncio.Event()
         self.done = asyncio.Event()
+        self.all_faults = asyncio.Event()
+        self.outcome = Outcome([], [], "")
         self.ids = 0
+        self.tokens = {"writer": TOKEN}
+        self.joining: Replica | None = None
+        self.toxiproxy: Toxiproxy | None = None
+        if set(NETWORK) & set(options.faults):
+            self.toxiproxy = Toxiproxy(self.folder, options.seed)
         self.kube: httpx.AsyncClient | None = None
         self.http = httpx.AsyncClient(timeout=15)
 
@@ -173,12 +221,13 @@ class Run:
         body: Any = None,
         headers: dict[str, str] | None = None,
         phase: str = "traffic",
+        identity: str = "writer",
     ) -> Request:
         sent_headers = {"X-Request-Id": self.next_id("r"), **(headers or {})}
         record = Request(
             id=sent_headers["X-Request-Id"],
             replica=replica.name,
-            identity="writer",
+            identity=identity,
             method=method,
             path=path,
             sent=time.time(),
@@ -191,7 +240,7 @@ class Run:
                 method,
                 replica.url + path,
                 json=body,
-                headers={"Authorization": f"Bearer {TOKEN}", **sent_headers},
+                headers={"Authorization": f"Bearer {self.tokens[identity]}", **sent_headers},
             )
             record.status = response.status_code
             record.response_headers = {
@@ -208,7 +257,13 @@ class Run:
         return record
 
     async def around(
-        self, manager: str, method: str, path: str, body: Any = None, content_type: str = ""
+        self,
+        manager: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "",
+        force: bool = True,
     ) -> Request:
         """A write straight to the API server, recorded as replica `kube`."""
         assert self.kube is not None
@@ -222,7 +277,7 @@ class Run:
             request_body=body,
         )
         params = {"fieldManager": manager}
-        if content_type == "application/apply-patch+yaml":
+        if content_type == "application/apply-patch+yaml" and force:
             params["force"] = "true"
         try:
             response = await self.kube.request(
@@ -252,6 +307,8 @@ class Run:
     # -- set-up --------------------------------------------------------------------------------
 
     def setup(self) -> None:
+        if self.toxiproxy is not None:
+            self.toxiproxy.start()  # first: a cold build of it takes a minute
         self.cluster.start()
         admin = self.cluster.admin
         assert admin is not None
@@ -260,8 +317,30 @@ class Run:
         admin.apply_all(crds)
         admin.wait_crds(crds)
         admin.apply_all(o for o in objs if o not in crds)
-        for namespace in NAMESPACES:
+        for namespace in (*NAMESPACES, PEOPLE):
             admin.ensure_namespace(namespace)
+        for name, (role, namespace) in ACCOUNTS.items():
+            admin.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": PEOPLE},
+                }
+            )
+            admin.create(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": role,
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PEOPLE}],
+                }
+            )
+            self.tokens[name] = admin.service_account_token(PEOPLE, name)
         admin.apply(
             {
                 "apiVersion": SLO,
@@ -282,8 +361,9 @@ class Run:
             for kind in ("llm", "job"):
                 for i in range(self.options.routes):
                     route = f"{kind}-{namespace}-{i}"
-                    argo = kind == "llm" and i == 0
-                    self.world.crs[route] = self._create(admin, namespace, kind, route, argo)
+                    marker = "argo" if kind == "llm" and i == 0 else ""
+                    marker = "flux" if kind == "job" and i == 0 else marker
+                    self.world.crs[route] = self._create(admin, namespace, kind, route, marker)
         members = [r for r, o in self.world.crs.items() if o["metadata"]["namespace"] == "team-a"]
         pool = {
             "apiVersion": POOL,
@@ -299,7 +379,7 @@ class Run:
         self.world.crs["pool-team-a"] = pool
 
     @staticmethod
-    def _create(admin: Any, namespace: str, kind: str, route: str, argo: bool) -> Obj:
+    def _create(admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
         spec: Obj = {"serviceId": route, "priority": 1, "minimumDeployment": {"value": 1}}
         if kind == "job":
             spec["queue"] = {"maxDepth": 10, "promql": "sum(q)"}
@@ -309,24 +389,44 @@ class Run:
             "metadata": {"name": route, "namespace": namespace},
             "spec": spec,
         }
-        if argo:
+        if marker == "argo":
             obj["metadata"]["annotations"] = ARGO
             admin.apply(obj, field_manager="argocd-controller")
+        elif marker == "flux":
+            obj["metadata"]["labels"] = FLUX
+            admin.apply(obj, field_manager="kustomize-controller")
         else:
             admin.create(obj, field_manager="deployer")
         return obj
 
+    def proxied(self, replica: Replica) -> None:
+        """The replica's own kubeconfig, onto the API server through its own proxy."""
+        creds = self.cluster.credentials
+        assert creds is not None
+        assert self.toxiproxy is not None
+        port = self.toxiproxy.proxy(replica.name, f"127.0.0.1:{self.cluster.plane.port}")
+        config = yaml.safe_load(creds.slo_api_kubeconfig.read_text())
+        for entry in config["clusters"]:
+            entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+        replica.kubeconfig = self.folder / f"kubeconfig-{replica.name}"
+        replica.kubeconfig.write_text(yaml.safe_dump(config))
+
     def start_replica(self, replica: Replica) -> None:
         creds = self.cluster.credentials
         assert creds is not None
+        if self.toxiproxy is not None and replica.kubeconfig is None:
+            self.proxied(replica)
         with replica.log.open("ab") as out:
             replica.proc = start_service(
-                creds.slo_api_kubeconfig,
+                replica.kubeconfig or creds.slo_api_kubeconfig,
                 replica.port,
                 TOKEN,
                 log_format="json",
                 stdout=out,
-                extra_env={"ROUTE_HISTORY_ENTRIES": str(HISTORY_ENTRIES)},
+                extra_env={
+                    "ROUTE_HISTORY_ENTRIES": str(HISTORY_ENTRIES),
+                    "SLO_API_KUBERNETES_AUTH": "true",
+                },
             )
 
     def wait_replica(self, replica: Replica) -> None:
@@ -423,15 +523,28 @@ class Run:
                 print(f"harness error in {action=:.2f} on {route}: {exc!r}", file=sys.stderr)
             await asyncio.sleep(r.uniform(0.05, 0.3))
 
+    def _identity(self) -> str:
+        """Who writes through slo-api: mostly the static token, else a ServiceAccount (which
+        RBAC refuses outside its namespace, or everywhere for the viewer)."""
+        if self.random.random() < 0.75:
+            return "writer"
+        return self.random.choice(sorted(ACCOUNTS))
+
     async def _act(self, action: float, replica: Replica, route: str) -> None:
-        if action < 0.45:
-            await self._put(replica, route)
-        elif action < 0.5:
-            await self.slo(replica, "DELETE", f"/routes/{route}")
-        elif action < 0.62:
+        if action < 0.42:
+            await self._put(replica, route, self._identity())
+        elif action < 0.47:
+            await self.slo(replica, "DELETE", f"/routes/{route}", identity=self._identity())
+        elif action < 0.57:
             await self._patch_around(route)
-        elif action < 0.66:
+        elif action < 0.6:
             await self._argo(route)
+        elif action < 0.63:
+            await self._flux(route)
+        elif action < 0.66:
+            await self._status(route)
+        elif action < 0.67:
+            await self._limits()
         elif action < 0.68:
             await self._recreate(route)
         elif action < 0.84:
@@ -441,13 +554,13 @@ class Run:
         else:
             await self.slo(replica, "GET", f"/routes/{route}/history")
 
-    async def _put(self, replica: Replica, route: str) -> None:
+    async def _put(self, replica: Replica, route: str, identity: str) -> None:
         r = self.random
         headers: dict[str, str] = {}
         query = []
         mode = r.random()
         if mode < 0.3:
-            read = await self.slo(replica, "GET", f"/routes/{route}")
+            read = await self.slo(replica, "GET", f"/routes/{route}", identity=identity)
             if read.header("ETag"):
                 headers["If-Match"] = str(read.header("ETag"))
         elif mode < 0.4 and self.world.etags.get(route):
@@ -457,7 +570,7 @@ class Run:
         if r.random() < 0.1:
             query.append("force=true")
         path = f"/routes/{route}" + ("?" + "&".join(query) if query else "")
-        await self.slo(replica, "PUT", path, self._body(route), headers)
+        await self.slo(replica, "PUT", path, self._body(route), headers, identity=identity)
 
     def _path(self, route: str) -> str:
         cr = self.world.crs[route]
@@ -498,9 +611,62 @@ class Run:
             "argocd-controller", "PATCH", self._path(route), applied, "application/apply-patch+yaml"
         )
 
+    async def _flux(self, route: str) -> None:
+        """A server-side apply by Flux's kustomize-controller, forced or not (unforced, it is
+        refused with 409 where another manager holds the field)."""
+        cr = self.world.crs[route]
+        if not (cr["metadata"].get("labels") or {}).get("kustomize.toolkit.fluxcd.io/name"):
+            return
+        applied = {
+            "apiVersion": cr["apiVersion"],
+            "kind": cr["kind"],
+            "metadata": {
+                "name": cr["metadata"]["name"],
+                "namespace": cr["metadata"]["namespace"],
+                "labels": FLUX,
+            },
+            "spec": {**cr["spec"], "priority": self.random.randint(0, 8)},
+        }
+        await self.around(
+            "kustomize-controller",
+            "PATCH",
+            self._path(route),
+            applied,
+            "application/apply-patch+yaml",
+            force=self.random.random() < 0.5,
+        )
+
+    async def _status(self, route: str) -> None:
+        """A controller's status update (the status subresource: no spec change, no revision)."""
+        if self.world.crs[route]["kind"] == "ModelPool":
+            return
+        status = {"phase": self.random.choice(["Pending", "Ready", "Degraded"])}
+        await self.around(
+            CONTROLLER,
+            "PATCH",
+            self._path(route) + "/status",
+            {"status": {**status, "replicas": self.random.randint(0, 6)}},
+            "application/merge-patch+json",
+        )
+
+    async def _limits(self) -> None:
+        """The platform admin moves team-a's caps (the ratchet keeps what is stored beyond)."""
+        caps = {
+            "maxPriority": self.random.choice([6, 8, 10]),
+            "maxReplicas": self.random.choice([4, 6, 9]),
+        }
+        await self.around(
+            "platform-admin",
+            "PATCH",
+            f"/apis/{SLO}/namespaces/{NAMESPACES[0]}/slolimits/default",
+            {"spec": caps},
+            "application/merge-patch+json",
+        )
+
     async def _recreate(self, route: str) -> None:
         cr = self.world.crs[route]
-        if cr["kind"] == "ModelPool" or cr["metadata"].get("annotations"):
+        meta = cr["metadata"]
+        if cr["kind"] == "ModelPool" or meta.get("annotations") or meta.get("labels"):
             return
         await self.around("deployer", "DELETE", self._path(route))
         collection = self._path(route).rsplit("/", 1)[0]
@@ -513,7 +679,10 @@ class Run:
     # -- watchers ------------------------------------------------------------------------------
 
     async def watcher(self, name: str, start: int) -> None:
+        """A watcher of its own identity, view and format (Watcher), resuming each session on
+        the next replica from the last revision it had."""
         r = self.random
+        watcher = WATCHERS[start % len(WATCHERS)]
         session = 0
         since: str | None = None
         at = start
@@ -523,19 +692,42 @@ class Run:
             session += 1
             final = self.stopping.is_set()
             lasting = None if final else r.uniform(3, 15)
-            since = await self._session(name, session, replica, since, lasting)
+            since = await self._session(name, watcher, session, replica, since, lasting)
             if final:
                 return
 
     async def _session(
-        self, name: str, session: int, replica: Replica, since: str | None, lasting: float | None
+        self,
+        name: str,
+        watcher: Watcher,
+        session: int,
+        replica: Replica,
+        since: str | None,
+        lasting: float | None,
     ) -> str | None:
-        """One connection; returns where to resume (None: start over)."""
-        path = "/config?watch=true" + (f"&since={since}" if since else "")
+        """One connection; returns where to resume (None: start over). An SSE watcher resumes
+        with `Last-Event-ID`, an NDJSON one with `since`."""
+        path = f"/config?watch=true&view={watcher.view}"
+        headers = {"Authorization": f"Bearer {self.tokens[watcher.identity]}"}
+        if watcher.sse:
+            headers["Accept"] = "text/event-stream"
+            if since:
+                headers["Last-Event-ID"] = since
+        elif since:
+            path += f"&since={since}"
 
         def record(what: str, **fields: Any) -> None:
             self.recorder.write(
-                Stream(time.time(), name, session, replica.name, "writer", what, **fields)
+                Stream(
+                    time.time(),
+                    name,
+                    session,
+                    replica.name,
+                    watcher.identity,
+                    what,
+                    view=watcher.view,
+                    **fields,
+                )
             )
 
         last = since
@@ -543,10 +735,7 @@ class Run:
         opened = False
         try:
             async with self.http.stream(
-                "GET",
-                replica.url + path,
-                headers={"Authorization": f"Bearer {TOKEN}"},
-                timeout=httpx.Timeout(10, read=None),
+                "GET", replica.url + path, headers=headers, timeout=httpx.Timeout(10, read=None)
             ) as response:
                 record("open", since=since, status=response.status_code)
                 opened = True
@@ -556,10 +745,8 @@ class Run:
                     await asyncio.sleep(0.5)
                     return None if response.status_code == 410 else since
                 async with _deadline(lasting, self.stopping, self.done) as expired:
-                    async for line in response.aiter_lines():
-                        if not line.strip():
-                            continue
-                        parsed = json.loads(line)
+                    lines = response.aiter_lines()
+                    async for parsed in sse_events(lines) if watcher.sse else ndjson(lines):
                         record("line", line=parsed)
                         if parsed.get("revision"):
                             last = parsed["revision"]
@@ -586,39 +773,77 @@ class Run:
     # -- faults --------------------------------------------------------------------------------
 
     async def faults(self) -> None:
+        """Faults on the seeded schedule until the traffic stops; `all_faults` is set once each
+        enabled kind has run (the traffic lasts until then, however short `--duration`)."""
+        schedule = Schedule(self.random, self.options.faults)
+        end = time.time() + self.options.duration
+        try:
+            while not self.stopping.is_set() and self.options.faults:
+                await asyncio.sleep(schedule.gap(end - time.time()))
+                if self.stopping.is_set():
+                    return
+                await self.inject(schedule.next())
+                if schedule.complete:
+                    self.all_faults.set()
+        finally:
+            self.all_faults.set()  # no faults, or a harness error: the traffic must still end
+
+    async def inject(self, name: str) -> None:
         r = self.random
-        if not self.options.faults:
-            return
-        while not self.stopping.is_set():
-            await asyncio.sleep(r.uniform(8, 20))
-            if self.stopping.is_set():
-                return
-            name = r.choice(self.options.faults)
-            start = time.time()
-            target = "apiserver"
-            detail = ""
-            if name == "kill":
-                replica = r.choice(self.replicas)
-                target = replica.name
-                assert replica.proc is not None
-                replica.proc.send_signal(signal.SIGKILL)
-                await asyncio.to_thread(replica.proc.wait)
-                await asyncio.sleep(r.uniform(1, 4))
-                self.start_replica(replica)
-                await asyncio.to_thread(self.wait_replica, replica)
-            elif name == "pause":
-                seconds = r.uniform(2, 6)
-                detail = f"{seconds:.1f} s"
-                self.cluster.plane.signal_apiserver(signal.SIGSTOP)
-                await asyncio.sleep(seconds)
-                self.cluster.plane.signal_apiserver(signal.SIGCONT)
-            elif name == "compaction":
-                detail = f"revision {await asyncio.to_thread(self.cluster.plane.compact_etcd)}"
-            elif name == "restart":
-                await asyncio.to_thread(self.cluster.plane.restart_apiserver)
-            self.recorder.write(Fault(name, target, start, time.time(), detail))
+        start = time.time()
+        target = "apiserver"
+        detail = ""
+        if name in ("kill", "term"):
+            replica = r.choice(self.replicas)
+            target = replica.name
+            assert replica.proc is not None
+            replica.proc.send_signal(signal.SIGKILL if name == "kill" else signal.SIGTERM)
+            try:
+                code = await asyncio.to_thread(replica.proc.wait, 60)
+            except subprocess.TimeoutExpired:
+                replica.proc.kill()  # a SIGTERM that does not end it within a minute
+                code = await asyncio.to_thread(replica.proc.wait)
+                detail = "did not exit within 60 s of SIGTERM; killed"
+            if name == "term" and not detail:
+                detail = f"exited {code}"
+            await asyncio.sleep(r.uniform(1, 4))
+            self.start_replica(replica)
+            await asyncio.to_thread(self.wait_replica, replica)
+        elif name == "pause":
+            seconds = r.uniform(2, 6)
+            detail = f"{seconds:.1f} s"
+            self.cluster.plane.signal_apiserver(signal.SIGSTOP)
+            await asyncio.sleep(seconds)
+            self.cluster.plane.signal_apiserver(signal.SIGCONT)
+        elif name in NETWORK:
+            assert self.toxiproxy is not None
+            replica = r.choice(self.replicas)
+            target = replica.name
+            seconds = r.uniform(*{"latency": (5.0, 12.0), "stall": (3.0, 8.0)}.get(name, (1, 3)))
+            attributes = {"timeout": 0}
+            if name == "latency":
+                attributes = {"latency": r.randint(200, 1500), "jitter": 100}
+            detail = f"{seconds:.1f} s {attributes}"
+            await asyncio.to_thread(self.toxiproxy.add, replica.name, name, attributes)
+            await asyncio.sleep(seconds)
+            await asyncio.to_thread(self.toxiproxy.remove, replica.name, name)
+        elif name == "compaction":
+            detail = f"revision {await asyncio.to_thread(self.cluster.plane.compact_etcd)}"
+        elif name == "restart":
+            await asyncio.to_thread(self.cluster.plane.restart_apiserver)
+        self.recorder.write(Fault(name, target, start, time.time(), detail))
 
     # -- the run -------------------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """A third replica joins mid-run: once ready, the traffic, the watchers and the faults
+        use it like the first two, and its final view is validated like theirs."""
+        await asyncio.sleep(self.random.uniform(0.2, 0.6) * self.options.duration)
+        replica = Replica("c", free_port(), self.folder / "slo-api-c.log")
+        self.joining = replica
+        self.start_replica(replica)
+        await asyncio.to_thread(self.wait_replica, replica)
+        self.replicas.append(replica)
 
     async def final_views(self) -> None:
         for replica in self.replicas:
@@ -634,6 +859,9 @@ class Run:
                 if page * 200 >= int(body.get("total", 0)):
                     break
                 page += 1
+            # Each route's ETag: the resourceVersion the replica's index holds.
+            for route in sorted(self.world.crs):
+                await self.slo(replica, "GET", f"/routes/{route}", phase="final")
 
     async def traffic(self) -> None:
         truth = [asyncio.create_task(self.truth(p)) for p in WATCHED]
@@ -643,9 +871,11 @@ class Run:
         ]
         workers = [asyncio.create_task(self.worker()) for _ in range(self.options.workers)]
         faults = asyncio.create_task(self.faults())
+        joins = asyncio.create_task(self.join())
         await asyncio.sleep(self.options.duration)
+        await self.all_faults.wait()
         self.stopping.set()
-        await asyncio.gather(*workers, faults)
+        await asyncio.gather(*workers, faults, joins)
         # Settle: the watchers' last sessions, opened after the traffic, stay open through it.
         await asyncio.sleep(SETTLE_SECONDS)
         await self.final_views()
@@ -662,7 +892,7 @@ class Run:
                 command=self.command,
                 started=time.time(),
                 settings={
-                    "identities": {"writer": {"actor": "token:write"}},
+                    "identities": IDENTITIES,
                     "history_entries": HISTORY_ENTRIES,
                     "settle_seconds": SETTLE_SECONDS,
                     "faults": list(self.options.faults),
@@ -679,7 +909,8 @@ class Run:
             await self.traffic()
         finally:
             self.recorder.close()
-            for replica in self.replicas:
+            joining = [self.joining] if self.joining and self.joining not in self.replicas else []
+            for replica in [*self.replicas, *joining]:
                 if replica.proc is not None and replica.proc.poll() is None:
                     replica.proc.terminate()
                     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -688,15 +919,42 @@ class Run:
             if self.kube is not None:
                 await self.kube.aclose()
             self.cluster.stop()
+            if self.toxiproxy is not None:
+                self.toxiproxy.stop()
         recording = load(self.folder / "recording.jsonl")
         violations = validate(recording)
         text = report(recording, violations)
+        self.outcome = Outcome(recording.faults, violations, text)
         (self.folder / "report.txt").write_text(text)
         sys.stdout.write(text)
         print(f"recording and report: {self.folder}")
         if violations:
             print("replay: " + shlex.join(self.command))
         return 1 if violations else 0
+
+
+async def ndjson(lines: AsyncIterator[str]) -> AsyncIterator[Obj]:
+    async for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[Obj]:
+    """Each Server-Sent Event's `data` (the NDJSON line's JSON), with its `id` as the revision
+    when the data carries none (the id is what `Last-Event-ID` resumes from)."""
+    data: list[str] = []
+    event_id: str | None = None
+    async for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif line.startswith("id:"):
+            event_id = line[3:].strip() or None
+        elif not line and data:
+            parsed = json.loads("\n".join(data))
+            if event_id and not parsed.get("revision"):
+                parsed["revision"] = event_id
+            yield parsed
+            data, event_id = [], None
 
 
 @contextlib.asynccontextmanager

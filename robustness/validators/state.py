@@ -5,13 +5,21 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from robustness.model import Ground, State, during_fault, fault_windows, item_owned, query
+from robustness.model import (
+    Ground,
+    State,
+    during_fault,
+    etag_version,
+    fault_windows,
+    item_owned,
+    query,
+)
 from robustness.recording import KUBE, Recording
 from robustness.validators.base import Violation, around, describe_request
 
 CONVERGENCE = (
     "each replica's index equals the API server within seconds of the last fault ending "
-    "(every route, every client-owned field)"
+    "(every route, every client-owned field, the resourceVersion)"
 )
 GUARDRAILS = (
     "no stored CR beyond its namespace's caps, except where the ratchet or an exemption allows"
@@ -26,11 +34,17 @@ DURING_FAULTS = (502, 503, 504)
 
 
 def convergence(recording: Recording, ground: Ground) -> list[Violation]:
-    """The final `/config?view=full` pages of each replica against the last ground truth."""
+    """The final `/config?view=full` pages of each replica against the last ground truth, and
+    the ETag of each final route read (the version the replica's index holds) against the
+    last stored resourceVersion."""
     found: list[Violation] = []
     pages: dict[str, dict[str, Any]] = defaultdict(dict)
+    versions: dict[str, dict[str, int | None]] = defaultdict(dict)
     for r in recording.requests:
         if r.phase != "final" or r.method != "GET" or r.status != 200:
+            continue
+        if r.path.startswith("/routes/") and "?" not in r.path and r.path.count("/") == 2:
+            versions[r.replica][r.path.split("/")[2]] = etag_version(r.header("ETag"))
             continue
         if not r.path.startswith("/config?") or query(r.path).get("view") != "full":
             continue
@@ -61,6 +75,9 @@ def convergence(recording: Recording, ground: Ground) -> list[Violation]:
             else:
                 shows = item_owned(claim[0].kind, item)
                 problem = None if shows == claim[0].owned else f"shows {shows}"
+                version = versions[replica].get(route, claim[0].rv)
+                if problem is None and version != claim[0].rv:
+                    problem = f"serves resourceVersion {version}, stored {claim[0].rv}"
             if problem is not None:
                 context = [describe_state(s) for s in claim] if claim else []
                 found.append(

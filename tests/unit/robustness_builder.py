@@ -356,6 +356,23 @@ class Builder:
                     phase="final",
                 )
             )
+            for obj in self.crs.values():
+                sent = self.tick(0.01)
+                self.recording.add(
+                    Request(
+                        id=f"f{next(self._ids)}",
+                        replica=replica,
+                        identity="writer",
+                        method="GET",
+                        path=f"/routes/{_route(obj)}",
+                        sent=sent,
+                        answered=sent + 0.01,
+                        status=200,
+                        response_headers={"ETag": f'"{obj["metadata"]["resourceVersion"]}"'},
+                        response_body=item(obj, "full"),
+                        phase="final",
+                    )
+                )
 
 
 def _route(obj: Obj) -> str:

@@ -409,6 +409,22 @@ def test_a_replica_whose_index_misses_a_change_is_caught() -> None:
     assert "replica b" in found[0].message
 
 
+def test_a_replica_serving_an_older_resource_version_of_the_same_fields_is_caught() -> None:
+    """A change that left the client-owned fields as they were (a label, another section's
+    no-op) still moves the version a conditional write must name."""
+    b = clean()
+    b.finish()
+    final = next(
+        r
+        for r in b.recording.requests
+        if r.phase == "final" and r.replica == "a" and r.path.startswith("/routes/")
+    )
+    rv = int(str(final.header("ETag")).strip('"'))
+    final.response_headers["ETag"] = f'"{rv - 1}"'
+    found = caught(b, "convergence")
+    assert f"serves resourceVersion {rv - 1}, stored {rv}" in found[0].message
+
+
 def test_every_validator_is_named_and_tested_here() -> None:
     source = Path(__file__).read_text()
     assert all(f'"{name}"' in source for name in VALIDATORS)
