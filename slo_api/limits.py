@@ -131,17 +131,22 @@ class Cap:
     def beyond(self, value: Number, cap: Number) -> bool:
         return value > cap if self.upper else value < cap
 
+    def held(self, old: Obj | None, cap: Number) -> dict[Key, Number]:
+        """The rule, per value (config/guardrails/policy.yaml states it in CEL): the bound of
+        each key whose old value (an update's; a create has none) is beyond the cap is that
+        value, the furthest one where a key holds several; every other key's is the cap. So a
+        grandfathered value may stay or move toward the cap but neither move away nor spread
+        to another key."""
+        found: dict[Key, Number] = {}
+        for key, value in self.values(old) if old is not None else []:
+            if self.beyond(value, found.get(key, cap)):
+                found[key] = value
+        return found
+
     def breached(self, spec: Obj, cap: Number, old: Obj | None = None) -> bool:
-        """The rule, per value (config/guardrails/policy.yaml states it in CEL): a value beyond
-        the cap is allowed only when the old spec (an update's; a create has none) holds one
-        under the same key at least as far beyond, so a grandfathered value may stay or move
-        toward the cap but neither move away nor spread to another key."""
-        stored = self.values(old) if old is not None else []
-        return any(
-            self.beyond(value, cap)
-            and not any(k == key and not self.beyond(value, o) for k, o in stored)
-            for key, value in self.values(spec)
-        )
+        """Whether a value of `spec` is beyond the bound `held` gives its key."""
+        held = self.held(old, cap)
+        return any(self.beyond(value, held.get(key, cap)) for key, value in self.values(spec))
 
     def rule(self, cap: Number) -> str:
         """What the cap allows, in the API's names: `priority may be at most 5 (...)`."""
@@ -301,14 +306,37 @@ class Limits:
                 fields.append(cap.field)
         return fields
 
+    @staticmethod
+    def held(obj: Obj, caps: dict[str, Number]) -> list[Obj]:
+        """Each value of a route's CR stored beyond `caps` with the bound a write of its key
+        may reach (`Cap.held`: the value itself); every other value's bound is its cap."""
+        spec = _spec(obj)
+        out: list[Obj] = []
+        for name, value in caps.items():
+            cap = BY_NAME[name]
+            for key, bound in cap.held(spec, value).items():
+                entry: Obj = {"limit": name, "field": cap.field, "bound": bound}
+                if len(key) == 2:  # a threshold: its range (none: the default) and type
+                    low, type_ = key
+                    entry.update({} if low == "default" else {"contextLengthRangeLow": low})
+                    entry["type"] = type_
+                out.append(entry)
+        return out
+
     def view(self, kind: str, obj: Obj) -> Obj:
-        """A route's read-only `limits` and `overLimits`, each only when there is something."""
+        """A route's read-only `limits`, `overLimits` and `overLimitBounds`, each only when
+        there is something."""
         namespace = str((obj.get("metadata") or {}).get("namespace", ""))
         caps = self.in_effect(kind, namespace)
         if not caps:
             return {}
         over = self.over(obj, caps)
-        return {"limits": caps, **({"overLimits": over} if over else {})}
+        held = self.held(obj, caps) if over else []
+        return {
+            "limits": caps,
+            **({"overLimits": over} if over else {}),
+            **({"overLimitBounds": held} if held else {}),
+        }
 
     # -- the informers' store (slo_api.watching.Store) ----------------------------------------
 

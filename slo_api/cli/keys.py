@@ -29,6 +29,7 @@ BOUND_FIELDS = frozenset(BOUND_ALIASES.values())
 READ_ONLY = {
     "limits": "a platform admin sets the route's limits (its namespace's SLOLimits `default`)",
     "overLimits": "it lists the fields stored beyond the route's limits",
+    "overLimitBounds": "it gives the bound of each value stored beyond the route's limits",
     "managed": "it names the GitOps tool that owns a field",
 }
 # Fields that are always strings: "pool.default=7" names a member called "7", not the number 7.

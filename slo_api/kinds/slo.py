@@ -59,6 +59,32 @@ OverLimits = Annotated[
 ]
 
 
+class OverLimitBound(Body):
+    """One value stored beyond its cap, with the bound a write of its key may reach."""
+
+    limit: str = Field(description="The cap (an SLOLimits spec field, as in `limits`).")
+    field: str = Field(description="The capped field, in the API's names.")
+    bound: int | float = Field(
+        description="The stored value: a write of the same key may reach it (stay or move "
+        "toward the cap), no further; every other value and key is held to the cap itself."
+    )
+    contextLengthRangeLow: int | None = Field(
+        default=None,
+        description="A threshold's range, by its low bound (absent: the section's default).",
+    )
+    type: str | None = Field(default=None, description="A threshold's metric type.")
+
+
+OverLimitBounds = Annotated[
+    list[OverLimitBound] | None,
+    Field(
+        description="Read-only: for each value stored beyond `limits`, the bound that applies "
+        "to it (a threshold matched by its context-length range and metric type); every "
+        "other value, and every new range or metric, is held to the cap; ignored when echoed."
+    ),
+]
+
+
 class SLOBody(Body):
     route: str | None = None
     highPriority: bool | None = None
@@ -67,6 +93,7 @@ class SLOBody(Body):
     managed: Managed = None
     limits: Limits = None
     overLimits: OverLimits = None
+    overLimitBounds: OverLimitBounds = None
 
 
 def _bound(obj: Any) -> Obj | None:

@@ -10,6 +10,7 @@ import { boundTypes, loadSchema, resetValues } from "./schema.js";
 import { buildBody } from "./body.js";
 import { clearFieldErrors, showErrors } from "./field-errors.js";
 import { renderEditor } from "./form.js";
+import { limitErrors } from "./limits.js";
 import { showHistory } from "./history.js";
 import { showAttainment, clearAttainment } from "./attainment.js";
 import { managedChanges, fromCauses, refusal, forceWarning } from "./managed.js";
@@ -184,6 +185,15 @@ async function saveNow(force) {
   if (errors.length) {
     showErrors({ causes: errors });
     setStatus("Not saved: " + errors.length + " field" + (errors.length === 1 ? " needs" : "s need") + " a value.", "error");
+    return;
+  }
+  // Refused here as the API server would, with the reason beside each field.
+  const beyond = limitErrors(state.draft, state.original);
+  if (beyond.length) {
+    showErrors({ causes: beyond });
+    setStatus("Not saved: " + [...new Set(beyond.map((e) => e.field))].join(", ") + " beyond " +
+              (beyond.length === 1 ? "its limit (" : "their limits (") +
+              [...new Set(beyond.map((e) => e.limit))].join(", ") + ").", "error");
     return;
   }
   const changed = Object.keys(body.pool || body);

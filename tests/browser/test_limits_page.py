@@ -110,10 +110,10 @@ def test_inputs_are_bounded_by_the_limits_and_say_why(
     expect(field(page, "ttft.default.metrics.0.threshold")).to_have_attribute("min", "0.2")
     expect(page.locator('[data-limit-note="minTTFTSeconds"]')).to_contain_text("at least 0.2 s")
 
-    # A save beyond a limit is refused by the API server, and the page says so beside the field.
+    # A save beyond a limit is refused before it is sent, with the reason beside the field.
     priority.fill("9")
     save(page)
-    expect(field_error(page, "priority")).to_contain_text("may be at most 5")
+    expect(field_error(page, "priority")).to_contain_text("At most 5")
     expect(status(page)).to_contain_text("maxPriority")
     spec = admin.get(SLO, "LLMSLORequirement", namespace, "chat")["spec"]
     assert spec["priority"] == 3
@@ -153,3 +153,77 @@ def test_a_value_stored_beyond_its_limit_stays_within_the_inputs_bounds(
         )
     finally:
         admin.merge_patch(SLO, "SLOLimits", namespace, "default", {"spec": {"maxPriority": 5}})
+
+
+def test_a_grandfathered_threshold_may_move_toward_its_limit_but_not_spread(
+    page: Page, admin: Admin, limited: tuple[Service, str]
+) -> None:
+    service, namespace = limited
+    route = f"{namespace}-spread"
+    ttft = {
+        "default": {"metrics": [{"type": "p90", "threshold": 0.3}]},
+        "ranges": [{"contextLengthRangeLow": 4096, "metrics": [{"type": "p90", "threshold": 0.5}]}],
+    }
+    admin.apply(
+        {
+            "apiVersion": SLO,
+            "kind": "LLMSLORequirement",
+            "metadata": {"name": "spread", "namespace": namespace},
+            "spec": {"serviceId": route, "ttft": ttft},
+        }
+    )
+    # The cap raised past the stored default p90 (admission never rechecks what is stored).
+    admin.merge_patch(SLO, "SLOLimits", namespace, "default", {"spec": {"minTTFTSeconds": 0.4}})
+    puts: list[str] = []
+    page.on("request", lambda r: puts.append(r.url) if r.method == "PUT" else None)
+    try:
+        _until_shown(service, route, "overLimitBounds")
+        open_page(page, service.page_url, service.token)
+        page.get_by_label("Search").fill(route)
+        open_route(page, route)
+        held = field(page, "ttft.default.metrics.0.threshold")
+        in_range = field(page, "ttft.ranges.0.metrics.0.threshold")
+        # The stored 0.3 bounds only its own input; the range's p90 is held to the cap.
+        expect(held).to_have_attribute("min", "0.3")
+        expect(in_range).to_have_attribute("min", "0.4")
+        note = page.locator('[data-limit-note="minTTFTSeconds"]')
+        expect(note).to_contain_text("Other thresholds and new ranges are held to it")
+
+        # Spread to another range: refused by the page, with the reason, nothing sent.
+        in_range.fill("0.3")
+        save(page)
+        error = field_error(page, "ttft.ranges.0.metrics.0.threshold")
+        expect(error).to_contain_text("at least 0.4 s")
+        expect(error).to_contain_text("only for its own range and metric type")
+        expect(status(page)).to_contain_text("Not saved")
+        in_range.fill("0.5")
+
+        # Spread to another metric of the same range: refused too.
+        page.get_by_role("button", name="Add ttft default metric").click()
+        added = field(page, "ttft.default.metrics.1.threshold")
+        expect(added).to_have_attribute("min", "0.4")
+        added.fill("0.3")
+        save(page)
+        expect(field_error(page, "ttft.default.metrics.1.threshold")).to_contain_text(
+            "only for its own range and metric type"
+        )
+        expect(status(page)).to_contain_text("Not saved")
+        assert puts == []
+        assert admin.get(SLO, "LLMSLORequirement", namespace, "spread")["spec"]["ttft"] == ttft
+
+        # Moving the grandfathered value toward the cap (and the new metric within it) saves.
+        added.fill("0.45")
+        held.fill("0.35")
+        save(page)
+        saved(page)
+        stored = admin.get(SLO, "LLMSLORequirement", namespace, "spread")["spec"]["ttft"]
+        assert stored["default"]["metrics"] == [
+            {"type": "p90", "threshold": 0.35},
+            {"type": added_type(page), "threshold": 0.45},
+        ]
+    finally:
+        admin.merge_patch(SLO, "SLOLimits", namespace, "default", {"spec": {"minTTFTSeconds": 0.2}})
+
+
+def added_type(page: Page) -> str:
+    return field(page, "ttft.default.metrics.1.type").input_value()

@@ -98,9 +98,23 @@ async def test_a_route_shows_the_caps_that_apply_to_its_kind_and_what_is_beyond_
         llm = (await client.get("/routes/chat", headers=AUTH)).json()
         assert llm["limits"] == {k: v for k, v in ALL_CAPS.items() if k != "minQueueDepth"}
         assert llm["overLimits"] == ["priority", "ttft"]
+        # Each value beyond, with the bound its key keeps: the page reads it, not the rule.
+        assert llm["overLimitBounds"] == [
+            {"limit": "maxPriority", "field": "priority", "bound": 7},
+            {
+                "limit": "minTTFTSeconds",
+                "field": "ttft",
+                "bound": 0.1,
+                "contextLengthRangeLow": 0,
+                "type": "p90",
+            },
+        ]
         job = (await client.get("/routes/render", headers=AUTH)).json()
         assert job["limits"] == {"maxPriority": 5, "maxReplicas": 8, "minQueueDepth": 100}
         assert job["overLimits"] == ["queue.maxDepth"]
+        assert job["overLimitBounds"] == [
+            {"limit": "minQueueDepth", "field": "queue.maxDepth", "bound": 5}
+        ]
         full = (await client.get("/config", params={"view": "full"}, headers=AUTH)).json()
         assert {i["route"]: i.get("overLimits") for i in full["items"]} == {
             "chat": ["priority", "ttft"],
