@@ -111,6 +111,7 @@ class Runtime:
             labels=parse_route_labels(settings.prometheus_route_labels),
             refresh_seconds=settings.attainment_refresh_seconds,
             series_limit=settings.attainment_series_limit,
+            min_requests=settings.attainment_min_requests,
         )
         self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector

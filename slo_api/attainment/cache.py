@@ -95,6 +95,9 @@ class Snapshot:
     own: Mapping[str, Mapping[str, Mapping[str, Histogram]]]
     # a route's own matchers -> why its queries failed (the other routes' did not)
     problems: Mapping[str, str] = field(default_factory=dict)
+    # window -> metric -> the template's label values, or a route's own matchers -> the
+    # earliest sample Prometheus holds in the window; a window and metric missing: unknown
+    earliest: Mapping[str, Mapping[str, Mapping[Any, float]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,9 +154,11 @@ class Attainment:
         labels: Sequence[tuple[str, str]],
         refresh_seconds: float,
         series_limit: int,
+        min_requests: float = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`kinds`: plural -> kind name of each kind of route."""
+        """`kinds`: plural -> kind name of each kind of route; `min_requests`: the traffic
+        floor, fewer requests in a window is `no_data` (`insufficient_traffic`)."""
         self.index = index
         self.kinds = kinds
         self.plurals = {name: plural for plural, name in kinds.items()}
@@ -163,6 +168,7 @@ class Attainment:
         self.label_names = tuple(label for label, _ in labels)
         self.refresh_seconds = refresh_seconds
         self.series_limit = series_limit
+        self.min_requests = min_requests
         self.clock = clock
         self.snapshot: Snapshot | None = None
         self.reason: str | None = None  # why the last refresh failed, None once it worked
@@ -351,12 +357,47 @@ class Attainment:
                 )
                 if own:
                     jobs.append((window, metric, True, each_own(window, metric)))
-        results = await _all([job for *_, job in jobs])
+        coverage = [
+            (window, metric, self._earliest(window, metric, own, by_values, by_tag(own), at))
+            for window in WINDOWS
+            for metric in selectors.METRICS
+        ]
+        results = await _all([job for *_, job in jobs] + [job for *_, job in coverage])
         grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
-        for (window, metric, is_own, _), result in zip(jobs, results, strict=True):
+        for (window, metric, is_own, _), result in zip(jobs, results[: len(jobs)], strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
-        return Snapshot(at, grouped, owned, problems)
+        earliest: dict[str, dict[str, Mapping[Any, float]]] = {}
+        for (window, metric, _), found in zip(coverage, results[len(jobs) :], strict=True):
+            if found is not None:
+                earliest.setdefault(window, {})[metric] = found
+        return Snapshot(at, grouped, owned, problems, earliest)
+
+    async def _earliest(
+        self,
+        window: str,
+        metric: str,
+        own: Sequence[str],
+        by_values: Callable[[Mapping[str, str]], Any],
+        by_tag: Callable[[Mapping[str, str]], Any],
+        at: float,
+    ) -> dict[Any, float] | None:
+        """Each route's earliest sample in `window` (see Snapshot.earliest); None when
+        Prometheus refused or gave up on the query: coverage unknown, the figures stand."""
+        step = selectors.coverage_step(SECONDS[window])
+        queries = [(selectors.coverage_grouped(metric, self.label_names, window, step), by_values)]
+        if own:
+            queries.append((selectors.coverage_own(metric, own, window, step), by_tag))
+        found: dict[Any, float] = {}
+        try:
+            for expr, key in queries:
+                for sample in await self._query("coverage", expr, at):
+                    found[key(sample.labels)] = sample.value
+        except PrometheusError as exc:
+            if exc.cause not in ("query", "timeout"):
+                raise
+            return None
+        return found
 
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
@@ -495,9 +536,38 @@ class Attainment:
             values = tuple(v for _, v in selector.values)
             return snapshot.grouped.get(w, {}).get(metric, {}).get(values)
 
+        key: Any = selector.own
+        if key is None:
+            key = tuple(v for _, v in selector.values)
+        span = SECONDS[window]
+
+        def coverage(metric: str) -> tuple[bool, Obj | None]:
+            """Whether the selector matched any series in the window (True when unknown),
+            and the part of the window Prometheus holds for it."""
+            known = snapshot.earliest.get(window, {}).get(metric)
+            if known is None:
+                return True, None
+            first = known.get(key)
+            if first is None or math.isnan(first):
+                return False, None
+            since = max(first, snapshot.at - span)
+            fraction = min((snapshot.at - since) / span, 1.0)
+            return True, {"since": rfc3339(since), "fraction": fraction}
+
+        def forecast(objective: Obj) -> Obj:
+            hours = objective.pop("exhaustsIn", None)
+            at = None
+            if hours is not None:
+                at = {
+                    w: None if h is None else rfc3339(snapshot.at + h * 3600)
+                    for w, h in hours.items()
+                }
+            return {**objective, "exhaustsAt": at}
+
         out = []
         metrics: tuple[LatencyMetric, ...] = ("ttft", "otps")
         for metric in metrics:
+            matched, covered = coverage(metric)
             section = spec.get(metric) or {}
             for m in (section.get("default") or {}).get("metrics") or []:
                 type_, threshold = m.get("type"), m.get("threshold")
@@ -505,15 +575,17 @@ class Attainment:
                     continue
                 if not isinstance(threshold, int | float):
                     continue
-                out.append(
-                    latency_objective(
-                        metric,
-                        type_,
-                        threshold,
-                        histogram(window, metric),
-                        {w: histogram(w, metric) for w in BURN_WINDOWS},
-                    )
+                objective = latency_objective(
+                    metric,
+                    type_,
+                    threshold,
+                    histogram(window, metric),
+                    {w: histogram(w, metric) for w in BURN_WINDOWS},
+                    min_requests=self.min_requests,
+                    series=matched,
+                    window_hours=span / 3600,
                 )
+                out.append({**forecast(objective), "coverage": covered})
         return out
 
     # -- one route, with series ------------------------------------------------------------

@@ -137,8 +137,9 @@ async def test_a_refresh_is_a_fixed_number_of_queries_and_failures_keep_the_last
     assert before["source"] == {"status": "unavailable", "reason": "not queried yet", "asOf": None}
     assert before["objectives"] == []
     await attainment.refresh()
-    # 7 windows x 2 metrics of buckets, and sums for the 4 answer windows: not per route.
-    assert len(queries) == 22
+    # 7 windows x 2 metrics of buckets, and sums and earliest samples for the 4 answer
+    # windows: not per route.
+    assert len(queries) == 30
     # No route's name or model is in any of them.
     assert not any("m1" in q or "x\\" in q for q in queries)
     ok = attainment.answer("r0", "llm", routes[0], "28d")
