@@ -96,8 +96,9 @@ class Snapshot:
     # a route's own matchers -> why its queries failed (the other routes' did not)
     problems: Mapping[str, str] = field(default_factory=dict)
     # window -> metric -> the template's label values, or a route's own matchers -> the
-    # earliest sample Prometheus holds in the window; a window and metric missing: unknown
-    earliest: Mapping[str, Mapping[str, Mapping[Any, float]]] = field(default_factory=dict)
+    # earliest sample Prometheus holds in the window (None, or a window and metric missing:
+    # unknown; a route missing: no series)
+    earliest: Mapping[str, Mapping[str, Mapping[Any, float | None]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -367,7 +368,7 @@ class Attainment:
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
         for (window, metric, is_own, _), result in zip(jobs, results[: len(jobs)], strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
-        earliest: dict[str, dict[str, Mapping[Any, float]]] = {}
+        earliest: dict[str, dict[str, Mapping[Any, float | None]]] = {}
         for (window, metric, _), found in zip(coverage, results[len(jobs) :], strict=True):
             if found is not None:
                 earliest.setdefault(window, {})[metric] = found
@@ -381,22 +382,30 @@ class Attainment:
         by_values: Callable[[Mapping[str, str]], Any],
         by_tag: Callable[[Mapping[str, str]], Any],
         at: float,
-    ) -> dict[Any, float] | None:
-        """Each route's earliest sample in `window` (see Snapshot.earliest); None when
-        Prometheus refused or gave up on the query: coverage unknown, the figures stand."""
+    ) -> dict[Any, float | None] | None:
+        """Each route's earliest sample in `window` (see Snapshot.earliest); None (for all
+        routes, or for a route with its own matchers) when Prometheus refused or gave up on
+        the query: coverage unknown, the figures stand."""
         step = selectors.coverage_step(SECONDS[window])
-        queries = [(selectors.coverage_grouped(metric, self.label_names, window, step), by_values)]
-        if own:
-            queries.append((selectors.coverage_own(metric, own, window, step), by_tag))
-        found: dict[Any, float] = {}
+
+        async def ask(expr: str, key: Callable[[Mapping[str, str]], Any]) -> dict[Any, float]:
+            return {key(s.labels): s.value for s in await self._query("coverage", expr, at)}
+
+        grouped = selectors.coverage_grouped(metric, self.label_names, window, step)
         try:
-            for expr, key in queries:
-                for sample in await self._query("coverage", expr, at):
-                    found[key(sample.labels)] = sample.value
+            found: dict[Any, float | None] = dict(await ask(grouped, by_values))
         except PrometheusError as exc:
             if exc.cause not in ("query", "timeout"):
                 raise
             return None
+        if own:
+            try:
+                found.update(await ask(selectors.coverage_own(metric, own, window, step), by_tag))
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise
+                # Unknown for these routes, not "no series".
+                found.update({m: None for m in own})
         return found
 
     async def _read_queues(self, at: float) -> None:
@@ -547,9 +556,11 @@ class Attainment:
             known = snapshot.earliest.get(window, {}).get(metric)
             if known is None:
                 return True, None
-            first = known.get(key)
-            if first is None or math.isnan(first):
+            if key not in known:
                 return False, None
+            first = known[key]
+            if first is None:
+                return True, None
             since = max(first, snapshot.at - span)
             fraction = min((snapshot.at - since) / span, 1.0)
             return True, {"since": rfc3339(since), "fraction": fraction}
