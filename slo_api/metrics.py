@@ -223,8 +223,8 @@ class Metrics:
         )
         self.prometheus_queries = Counter(
             "slo_api_prometheus_queries_total",
-            "Queries sent to Prometheus for attainment, by purpose (refresh, queue, series) "
-            "and result (ok, timeout, connection, status, malformed, query, token)",
+            "Queries sent to Prometheus for attainment, by purpose (refresh, coverage, queue, "
+            "series) and result (ok, timeout, connection, status, malformed, query, token)",
             ["purpose", "result"],
             registry=self.registry,
         )
