@@ -224,8 +224,8 @@ class Metrics:
         self.prometheus_queries = Counter(
             "slo_api_prometheus_queries_total",
             "Queries sent to Prometheus for attainment, by purpose (refresh, recorded, samples, "
-            "queue, series) and result (ok, timeout, connection, status, malformed, query, "
-            "token)",
+            "coverage, queue, series) and result (ok, timeout, connection, status, malformed, "
+            "query, token)",
             ["purpose", "result"],
             registry=self.registry,
         )

@@ -112,6 +112,7 @@ class Runtime:
             refresh_seconds=settings.attainment_refresh_seconds,
             series_limit=settings.attainment_series_limit,
             max_samples=settings.attainment_max_samples,
+            min_requests=settings.attainment_min_requests,
         )
         self.namespaces = settings.watch_namespaces
         self.label_selector = settings.watch_label_selector

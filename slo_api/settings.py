@@ -321,6 +321,13 @@ class Settings(BaseSettings):
     attainment_refresh_seconds: float = Field(
         60, ge=5, description="How often attainment is queried from Prometheus for all routes."
     )
+    attainment_min_requests: int = Field(
+        100,
+        ge=0,
+        description="The traffic floor: an objective over a window with fewer requests is "
+        "`no_data` (reason `insufficient_traffic`), its figures shown but not judged (a p99 "
+        "needs 100 requests before one slow request is within its budget). 0: no floor.",
+    )
     attainment_series_limit: int = Field(
         100,
         ge=1,

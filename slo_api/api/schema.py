@@ -159,6 +159,31 @@ class BurnRates(BaseModel):
     h6: float | None = Field(alias="6h")
 
 
+class GoodRatioBounds(BaseModel):
+    """What the interpolated good ratio is known to lie between: the fraction counted at the
+    bucket bounds around the threshold (equal when the threshold is a bound)."""
+
+    low: float
+    high: float
+
+
+class Coverage(BaseModel):
+    """The part of the window Prometheus holds for the route: from its earliest sample (to
+    within a thousandth of the window, at least a minute)."""
+
+    since: str = Field(description="RFC 3339 UTC time of the earliest sample in the window")
+    fraction: float = Field(description="Of the window held, 0 to 1")
+
+
+class ExhaustsAt(BaseModel):
+    """When the window's error budget runs out if the burn rate over 1h (or 6h) goes on
+    (RFC 3339 UTC); null when it never does at that rate (at or below 1) or is already spent."""
+
+    model_config = {"populate_by_name": True}
+    h1: str | None = Field(alias="1h")
+    h6: str | None = Field(alias="6h")
+
+
 class AttainmentObjective(BaseModel):
     metric: str = Field(json_schema_extra={"enum": ["ttft", "otps", "queue"]})
     type: str = Field(description="avg, p50...p99, or maxDepth (queue)")
@@ -170,6 +195,20 @@ class AttainmentObjective(BaseModel):
     burnRates: BurnRates | None
     status: str = Field(json_schema_extra={"enum": ["no_data", "violated", "at_risk", "met"]})
     estimated: bool = Field(description="The threshold falls between bucket bounds: interpolated")
+    requests: float | None = Field(
+        description="Requests counted in the window (an increase: may be fractional); null "
+        "for a queue or when no series matched"
+    )
+    reason: str | None = Field(
+        description="Why no_data: the selector matched no series in the window, they counted "
+        "no request, or fewer than ATTAINMENT_MIN_REQUESTS (the figures are still shown)",
+        json_schema_extra={"enum": ["no_series", "no_traffic", "insufficient_traffic", None]},
+    )
+    goodRatioBounds: GoodRatioBounds | None = Field(description="Null when goodRatio is")
+    coverage: Coverage | None = Field(
+        description="Null for a queue, when no series matched, or when Prometheus did not answer"
+    )
+    exhaustsAt: ExhaustsAt | None = Field(description="Percentile objectives only")
     series: list[list[float]] | None = Field(
         None,
         description="GET one route only: [unix seconds, observed over the step ending then], "

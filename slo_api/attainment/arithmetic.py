@@ -17,10 +17,15 @@ from typing import Any, Literal
 
 Obj = dict[str, Any]
 Status = Literal["no_data", "violated", "at_risk", "met"]
+# Why an objective is `no_data`: the selector matched no series in the window, its series
+# counted no request, or fewer than the traffic floor.
+Reason = Literal["no_series", "no_traffic", "insufficient_traffic"]
 LatencyMetric = Literal["ttft", "otps"]
 
 # The windows burn rates are over, whatever the window asked for.
 BURN_WINDOWS = ("5m", "30m", "1h", "6h")
+# The burn rates a forecast of the budget is made at.
+FORECAST_WINDOWS = ("1h", "6h")
 # The SLO window an error budget is spent over (the answers' default window).
 SLO_WINDOW = "28d"
 HOURS = {"5m": 5 / 60, "30m": 0.5, "1h": 1.0, "6h": 6.0, "3d": 72.0, "28d": 672.0}
@@ -106,6 +111,26 @@ def fraction_within(histogram: Histogram, limit: float) -> tuple[float | None, b
     return 1.0, False
 
 
+def good_ratio_bounds(histogram: Histogram, limit: float) -> tuple[float, float] | None:
+    """The fraction counted at the bucket bounds around `limit` (the same twice when it is a
+    bound): what the interpolated good ratio is known to lie between. None when there are
+    no observations."""
+    total = histogram.count
+    if total <= 0:
+        return None
+    if math.isinf(limit):
+        return 1.0, 1.0
+    below = 0.0
+    for bound, count in histogram.buckets:
+        if same_bound(limit, bound):
+            share = min(count / total, 1.0)
+            return share, share
+        if limit < bound:
+            return below / total, min(count / total, 1.0)
+        below = count
+    return 1.0, 1.0
+
+
 def quantile(histogram: Histogram, q: float) -> float | None:
     """The q-quantile as Prometheus's histogram_quantile estimates it: linear inside the
     bucket that holds it, the lowest bucket from 0, the highest finite bound when it lies in
@@ -130,6 +155,19 @@ def burn_rate(good_ratio: float | None, objective: float) -> float | None:
     if good_ratio is None:
         return None
     return (1 - good_ratio) / (1 - objective)
+
+
+def exhausts_in(
+    budget_remaining: float | None, rate: float | None, window_hours: float
+) -> float | None:
+    """Hours until the window's budget is spent if `rate` goes on: what was spent leaves the
+    window as it moves (evenly, as far as one number knows) while `rate` times the budget's
+    pace comes in, so `spent (1 - h/W) + rate h/W = 1`. None when it never is (a rate at or
+    below 1 never spends more than the budget over the window) or is spent already."""
+    if budget_remaining is None or rate is None or budget_remaining <= 0 or rate <= 1:
+        return None
+    spent = 1 - budget_remaining
+    return window_hours * budget_remaining / (rate - spent)
 
 
 def workbook_factor(arm: Arm) -> float:
@@ -218,11 +256,19 @@ def latency_objective(
     threshold: float,
     window: Histogram | None,
     burn_windows: Mapping[str, Histogram | None],
+    *,
+    min_requests: float = 0,
+    series: bool = True,
+    window_hours: float = HOURS[SLO_WINDOW],
 ) -> Obj:
     """One objective of `ttft.default` or `otps.default` over the window.
 
     TTFT is measured in seconds per request; OTPS from each request's time per output token
     (tokens per second = 1 / it), so "OTPS at least T" is "time per output token at most 1/T".
+    Fewer requests than `min_requests` is `no_data` (`insufficient_traffic`) with the figures
+    kept; `series` False: the selector matched no series in the window (`no_series`).
+    `window_hours`: the window's length, for the forecast (`exhaustsIn`, hours, at each of
+    FORECAST_WINDOWS' burn rates).
     """
     answer: Obj = {
         "metric": metric,
@@ -235,9 +281,22 @@ def latency_objective(
         "burnRates": None,
         "status": "no_data",
         "estimated": False,
+        "requests": None,
+        "reason": None,
+        "goodRatioBounds": None,
+        "coverage": None,
+        "exhaustsIn": None,
     }
+    requests = window.count if window is not None else None
+    answer["requests"] = requests
+    if requests is None or requests <= 0:
+        answer["reason"] = "no_traffic" if series else "no_series"
+    few = requests is not None and 0 < requests < min_requests
     if type_ == "avg":
-        return {**answer, **_average(metric, threshold, window)}
+        answer.update(_average(metric, threshold, window))
+        if few:
+            answer.update(status="no_data", reason="insufficient_traffic")
+        return answer
     q = PERCENTILES[type_]
     answer["objective"] = q
     limit = limit_of(metric, threshold)
@@ -247,19 +306,31 @@ def latency_objective(
         ratio = fraction_within(histogram, limit)[0] if histogram is not None else None
         rates[name] = burn_rate(ratio, q)
     answer["burnRates"] = rates
+    answer["exhaustsIn"] = {name: None for name in FORECAST_WINDOWS}
     if window is None or window.count <= 0:
         return answer
     good, estimated = fraction_within(window, limit)
     assert good is not None
+    bounds = good_ratio_bounds(window, limit)
     observed = quantile(window, q)
     if metric == "otps" and observed is not None:
         observed = 1 / observed if observed > 0 else None
+    budget = 1 - (1 - good) / (1 - q)
     answer.update(
         observed=observed,
         goodRatio=good,
-        budgetRemaining=1 - (1 - good) / (1 - q),
+        goodRatioBounds=None if bounds is None else {"low": bounds[0], "high": bounds[1]},
+        budgetRemaining=budget,
         estimated=estimated,
     )
+    if few:
+        # Too few requests to tell met from violated: the figures stay, the status does not
+        # claim either, and nothing is forecast from them.
+        answer.update(status="no_data", reason="insufficient_traffic")
+        return answer
+    answer["exhaustsIn"] = {
+        name: exhausts_in(budget, rates.get(name), window_hours) for name in FORECAST_WINDOWS
+    }
     if good < q:
         answer["status"] = "violated"
     elif at_risk(rates, q):
@@ -300,6 +371,11 @@ def queue_objective(max_depth: int, now: float | None, good_steps: float | None)
         "burnRates": None,
         "status": status,
         "estimated": False,
+        "requests": None,
+        "reason": None,
+        "goodRatioBounds": None,
+        "coverage": None,
+        "exhaustsAt": None,
     }
 
 

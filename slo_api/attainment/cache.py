@@ -114,6 +114,10 @@ class Snapshot:
     covered: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # (window, metric, own) -> the seconds queried instead, and why (0: not queried)
     narrowed: Mapping[tuple[str, str, bool], tuple[int, str]] = field(default_factory=dict)
+    # window -> metric -> the template's label values, or a route's own matchers -> the
+    # earliest sample Prometheus holds in the window (None, or a window and metric missing:
+    # unknown; a route missing: no series)
+    earliest: Mapping[str, Mapping[str, Mapping[Any, float | None]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -171,9 +175,11 @@ class Attainment:
         refresh_seconds: float,
         series_limit: int,
         max_samples: int = 50_000_000,
+        min_requests: float = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`kinds`: plural -> kind name of each kind of route."""
+        """`kinds`: plural -> kind name of each kind of route; `min_requests`: the traffic
+        floor, fewer requests in a window is `no_data` (`insufficient_traffic`)."""
         self.index = index
         self.kinds = kinds
         self.plurals = {name: plural for plural, name in kinds.items()}
@@ -184,6 +190,7 @@ class Attainment:
         self.refresh_seconds = refresh_seconds
         self.series_limit = series_limit
         self.max_samples = max_samples
+        self.min_requests = min_requests
         self.clock = clock
         self.snapshot: Snapshot | None = None
         self.reason: str | None = None  # why the last refresh failed, None once it worked
@@ -421,12 +428,25 @@ class Attainment:
                     jobs.append((window, metric, False, job))
                 if own:
                     jobs.append((window, metric, True, each_own(window, metric, own, own_step)))
-        results = await _all([job for *_, job in jobs])
+        coverage = [
+            (
+                window,
+                metric,
+                self._earliest(window, metric, own_all, by_values, by_tag(own_all), at),
+            )
+            for window in WINDOWS
+            for metric in selectors.METRICS
+        ]
+        results = await _all([job for *_, job in jobs] + [job for *_, job in coverage])
         grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
-        for (window, metric, is_own, _), result in zip(jobs, results, strict=True):
+        for (window, metric, is_own, _), result in zip(jobs, results[: len(jobs)], strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
-        return Snapshot(at, grouped, owned, problems, recorded, covered, narrowed)
+        earliest: dict[str, dict[str, Mapping[Any, float | None]]] = {}
+        for (window, metric, _), found in zip(coverage, results[len(jobs) :], strict=True):
+            if found is not None:
+                earliest.setdefault(window, {})[metric] = found
+        return Snapshot(at, grouped, owned, problems, recorded, covered, narrowed, earliest)
 
     async def _recorded(self, at: float) -> dict[str, dict[str, dict[str, Histogram]]]:
         """Each window's histograms of the routes `sloctl rules` records, by metric and route."""
@@ -480,6 +500,40 @@ class Attainment:
             "`sloctl rules` to read the whole window)",
         )
         return fits
+
+    async def _earliest(
+        self,
+        window: str,
+        metric: str,
+        own: Sequence[str],
+        by_values: Callable[[Mapping[str, str]], Any],
+        by_tag: Callable[[Mapping[str, str]], Any],
+        at: float,
+    ) -> dict[Any, float | None] | None:
+        """Each route's earliest sample in `window` (see Snapshot.earliest); None (for all
+        routes, or for a route with its own matchers) when Prometheus refused or gave up on
+        the query: coverage unknown, the figures stand."""
+        step = selectors.coverage_step(SECONDS[window])
+
+        async def ask(expr: str, key: Callable[[Mapping[str, str]], Any]) -> dict[Any, float]:
+            return {key(s.labels): s.value for s in await self._query("coverage", expr, at)}
+
+        grouped = selectors.coverage_grouped(metric, self.label_names, window, step)
+        try:
+            found: dict[Any, float | None] = dict(await ask(grouped, by_values))
+        except PrometheusError as exc:
+            if exc.cause not in ("query", "timeout"):
+                raise
+            return None
+        if own:
+            try:
+                found.update(await ask(selectors.coverage_own(metric, own, window, step), by_tag))
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise
+                # Unknown for these routes, not "no series".
+                found.update({m: None for m in own})
+        return found
 
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
@@ -648,9 +702,40 @@ class Attainment:
             values = tuple(v for _, v in selector.values)
             return snapshot.grouped.get(w, {}).get(metric, {}).get(values)
 
+        key: Any = selector.own
+        if key is None:
+            key = tuple(v for _, v in selector.values)
+        span = SECONDS[window]
+
+        def coverage(metric: str) -> tuple[bool, Obj | None]:
+            """Whether the selector matched any series in the window (True when unknown),
+            and the part of the window Prometheus holds for it."""
+            known = snapshot.earliest.get(window, {}).get(metric)
+            if known is None:
+                return True, None
+            if key not in known:
+                return False, None
+            first = known[key]
+            if first is None:
+                return True, None
+            since = max(first, snapshot.at - span)
+            fraction = min((snapshot.at - since) / span, 1.0)
+            return True, {"since": rfc3339(since), "fraction": fraction}
+
+        def forecast(objective: Obj) -> Obj:
+            hours = objective.pop("exhaustsIn", None)
+            at = None
+            if hours is not None:
+                at = {
+                    w: None if h is None else rfc3339(snapshot.at + h * 3600)
+                    for w, h in hours.items()
+                }
+            return {**objective, "exhaustsAt": at}
+
         out = []
         metrics: tuple[LatencyMetric, ...] = ("ttft", "otps")
         for metric in metrics:
+            matched, covered = coverage(metric)
             section = spec.get(metric) or {}
             for m in (section.get("default") or {}).get("metrics") or []:
                 type_, threshold = m.get("type"), m.get("threshold")
@@ -658,15 +743,17 @@ class Attainment:
                     continue
                 if not isinstance(threshold, int | float):
                     continue
-                out.append(
-                    latency_objective(
-                        metric,
-                        type_,
-                        threshold,
-                        histogram(window, metric),
-                        {w: histogram(w, metric) for w in BURN_WINDOWS},
-                    )
+                objective = latency_objective(
+                    metric,
+                    type_,
+                    threshold,
+                    histogram(window, metric),
+                    {w: histogram(w, metric) for w in BURN_WINDOWS},
+                    min_requests=self.min_requests,
+                    series=matched,
+                    window_hours=span / 3600,
                 )
+                out.append({**forecast(objective), "coverage": covered})
         return out
 
     # -- one route, with series ------------------------------------------------------------

@@ -263,6 +263,32 @@ def own(metric: str, routes: Sequence[str], window: str) -> tuple[str, str]:
     return joined("_bucket", "le"), joined("_sum", "")
 
 
+def coverage_step(seconds: int) -> int:
+    """The resolution of a window's coverage: a thousandth of it, at least a minute."""
+    return max(seconds // 1000, 60)
+
+
+def _earliest(name: str, matchers: str, window: str, step: int) -> str:
+    selected = f"{name}_count{{{matchers}}}" if matchers else f"{name}_count"
+    return f"min_over_time(timestamp({selected})[{window}:{step}s])"
+
+
+def coverage_grouped(metric: str, labels: Sequence[str], window: str, step: int) -> str:
+    """Every route's earliest sample within `window` (to within `step`), by the template's
+    labels: where the window Prometheus holds for it begins. No answer: no series."""
+    by = ", ".join(labels)
+    return f"min by ({by}) ({_earliest(METRICS[metric], '', window, step)})"
+
+
+def coverage_own(metric: str, routes: Sequence[str], window: str, step: int) -> str:
+    """The same for the routes with their own matchers, tagged as `own` tags them."""
+    name = METRICS[metric]
+    return " or ".join(
+        f'label_replace(min({_earliest(name, m, window, step)}), "{TAG}", "{i}", "", "")'
+        for i, m in enumerate(routes)
+    )
+
+
 def series(metric: str, type_: str, threshold_q: float | None, matchers: str, step: str) -> str:
     """One objective's observed value over each `step`: the percentile, or sum / count."""
     name = METRICS[metric]

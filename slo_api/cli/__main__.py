@@ -214,8 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
         "requests within 0.8 s; otps p50>=30/s), OBSERVED the window's percentile or average\n"
         "(~ when a threshold falls between histogram buckets and is estimated), BUDGET the\n"
         "error budget left over the window (negative when overspent), STATUS met, at_risk\n"
-        "(burning fast now), violated or no_data. Per-range targets are listed as unmeasured:\n"
-        "vLLM's metrics carry no context length.",
+        "(burning fast now), violated or no_data (with why: no_series, no_traffic,\n"
+        "insufficient_traffic), EXHAUSTS when the budget runs out at the 1h or 6h burn rate\n"
+        "(the sooner; - when it never does at that rate). Per-range targets are listed as\n"
+        "unmeasured: vLLM's metrics carry no context length.",
     )
     attainment.add_argument("route", nargs="?", help="one route (default: every route)")
     attainment.add_argument(

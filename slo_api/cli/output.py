@@ -284,6 +284,21 @@ def _range(value: Any) -> str:
     return _cell(value)
 
 
+def _status(objective: dict[str, Any]) -> str:
+    """The status, with why when there is no data (`no_data(no_series)`)."""
+    status = _cell(objective.get("status"))
+    reason = objective.get("reason")
+    return f"{status}({reason})" if isinstance(reason, str) and reason else status
+
+
+def _exhausts(value: Any) -> str:
+    """The sooner forecast of when the budget runs out, with the burn rate's window."""
+    if not isinstance(value, dict):
+        return MISSING
+    found = sorted((at, window) for window, at in value.items() if isinstance(at, str))
+    return f"{found[0][0]}({found[0][1]})" if found else MISSING
+
+
 def attainment_rows(item: dict[str, Any]) -> list[list[str]]:
     """One route's table rows: each objective, then each target that cannot be measured.
 
@@ -308,24 +323,25 @@ def attainment_rows(item: dict[str, Any]) -> list[list[str]]:
                 _target(obj),
                 observed,
                 _budget(obj.get("budgetRemaining")),
-                _cell(obj.get("status")),
+                _status(obj),
+                _exhausts(obj.get("exhaustsAt")),
             ]
         )
     for gap in item.get("unmeasured") or []:
         if isinstance(gap, dict):
             where = _range(gap.get("range"))
-            rows.append([route, _cell(gap.get("metric")), where, MISSING, MISSING, "unmeasured"])
+            rows.append(
+                [route, _cell(gap.get("metric")), where, MISSING, MISSING, "unmeasured", MISSING]
+            )
     if not rows:
         # Nothing to measure says nothing; a source that could not be asked says why.
-        said = source.get("status")
-        rows.append(
-            [route, MISSING, MISSING, MISSING, MISSING, _cell(None if said == "ok" else said)]
-        )
+        said = _cell(None if source.get("status") == "ok" else source.get("status"))
+        rows.append([route, MISSING, MISSING, MISSING, MISSING, said, MISSING])
     return rows
 
 
 def attainment_table(items: Sequence[dict[str, Any]]) -> str:
-    rows = [["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS"]]
+    rows = [["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS", "EXHAUSTS"]]
     for item in items:
         rows.extend(attainment_rows(item))
     return columns(rows)

@@ -36,6 +36,46 @@ export function budgetText(value) {
   return value < 0 ? "budget overspent by " + percent : percent + " of budget left";
 }
 
+const NO_DATA = {
+  no_series: "No series match this route's selector in the window.",
+  no_traffic: "No requests in the window.",
+};
+
+function percent(value) {
+  return (value * 100).toFixed(1) + "%";
+}
+
+// What an objective's figures rest on, each a sentence: why there is no data, the bounds of an
+// interpolated good ratio, a window Prometheus holds only part of, and when the budget runs out
+// at the 1h and 6h burn rates (nothing when it does at neither).
+export function objectiveNotes(obj) {
+  const notes = [];
+  if (obj.reason === "insufficient_traffic") {
+    notes.push("Too few requests to judge: " + Number(Number(obj.requests).toPrecision(3)) + " in the window.");
+  } else if (NO_DATA[obj.reason]) {
+    notes.push(NO_DATA[obj.reason]);
+  }
+  const bounds = obj.goodRatioBounds;
+  if (obj.estimated && bounds && typeof obj.goodRatio === "number" && bounds.low !== bounds.high) {
+    notes.push(percent(obj.goodRatio) + " within the target, estimated: between " +
+      percent(bounds.low) + " and " + percent(bounds.high) + ".");
+  }
+  const coverage = obj.coverage;
+  if (coverage && typeof coverage.fraction === "number" && coverage.fraction < 0.999) {
+    notes.push("Prometheus holds " + percent(coverage.fraction) + " of the window (since " + coverage.since + ").");
+  }
+  const at = obj.exhaustsAt;
+  if (at && (at["1h"] || at["6h"])) {
+    const said = ["1h", "6h"].map((w, i) => {
+      const rate = i === 0 ? "the " + w + " burn rate" : "the " + w + " rate";
+      return at[w] ? "at " + rate + " the budget runs out at " + at[w] : "at " + rate + " it does not";
+    });
+    const text = said.join("; ");
+    notes.push(text[0].toUpperCase() + text.slice(1) + ".");
+  }
+  return notes;
+}
+
 // Where the chart draws: the observed series as a path (a gap where a step had no requests), a
 // dot for a point alone between gaps (a path of one point shows nothing), and the target's
 // height, on a linear scale from 0 to a little above the highest of both. With `span` ({start,
@@ -132,6 +172,7 @@ function objectiveCard(route, obj, window, index, asOf) {
     h("p", { class: "objective-figures" },
       h("span", { text: "Observed " + (obj.estimated ? "≈ " : "") + figure(obj.observed, obj.metric) }),
       h("span", { class: "objective-budget", text: budgetText(obj.budgetRemaining) })),
+    ...objectiveNotes(obj).map((text) => h("p", { class: "hint objective-note", text })),
     chart(route, obj, window, index, asOf));
 }
 

@@ -39,6 +39,10 @@ def test_an_open_route_charts_each_objective_against_its_target(
     # A good month, a fast burn now: budget left, and at risk.
     expect(ttft.locator(".status-badge")).to_have_text("At risk")
     expect(ttft).to_contain_text(re.compile(r"\d+\.\d% of budget left"))
+    # Burning that fast, the budget left runs out: when, at the hour's burn rate, is said.
+    expect(ttft.locator(".objective-note").last).to_have_text(
+        re.compile(r"^At the 1h burn rate the budget runs out at \d{4}-\d\d-\d\dT[\d:]{8}Z;")
+    )
     chart = ttft.get_by_role("img", name=f"{route}: TTFT p95 observed over 28d")
     expect(chart).to_be_visible()
     # The chart is the page's own SVG: the target line and the observed series drawn.

@@ -3,7 +3,8 @@ on generated inputs:
 
 - the good ratio and the percentile of generated bucket sets, with bounds spelt two ways
   (`1` and `1.0`), against Prometheus's own `histogram_quantile` and bucket ratios, through the
-  very client and parsing a refresh uses;
+  very client and parsing a refresh uses, and the bucket bounds around a threshold that
+  bracket an estimated good ratio;
 - the regex check of an annotation against what Prometheus's parser accepts;
 - a hostile annotation against the series Prometheus then selects: never another model's.
 
@@ -28,7 +29,13 @@ from hypothesis import strategies as st
 
 from controlplane.prometheus import Prometheus
 from slo_api.attainment import prometheus as client
-from slo_api.attainment.arithmetic import Histogram, fraction_within, quantile, same_bound
+from slo_api.attainment.arithmetic import (
+    Histogram,
+    fraction_within,
+    good_ratio_bounds,
+    quantile,
+    same_bound,
+)
 from slo_api.attainment.cache import histograms
 from slo_api.attainment.re2syntax import RegexError, check
 from slo_api.attainment.selectors import ANNOTATION, escape, parse_route_labels, selector_of
@@ -225,7 +232,7 @@ async def test_good_ratio_and_percentile_match_prometheus(oracle: Oracle) -> Non
         key = (sample.labels["case"], float(sample.labels["le"]))
         share[key] = share.get(key, 0.0) + sample.value
     spelt = {(s.labels["case"], s.labels["le"]) for s in buckets}
-    checked = {"quantile": 0, "bound": 0, "inside": 0}
+    checked = {"quantile": 0, "bound": 0, "inside": 0, "bracketed": 0}
     for i, case in enumerate(oracle.cases):
         name = str(i)
         assert {le for c, le in spelt if c == name} == {
@@ -267,6 +274,18 @@ async def test_good_ratio_and_percentile_match_prometheus(oracle: Oracle) -> Non
                 assert good == pytest.approx(share[(name, bound)], rel=1e-9), (case, threshold)
                 assert estimated is (not on and good < 1), (case, threshold)
                 checked["bound"] += 1
+            else:
+                # Between two bounds (or below the first): the good ratio's bounds are the
+                # shares Prometheus divides out at the bucket bounds around the threshold.
+                bounds = good_ratio_bounds(histogram, threshold)
+                assert bounds is not None
+                above = min(b for b in case.bounds if b > threshold)
+                below = [b for b in case.bounds if b < threshold]
+                low = share[(name, below[-1])] if below else 0.0
+                assert bounds[0] == pytest.approx(low, rel=1e-9, abs=1e-12), (case, threshold)
+                assert bounds[1] == pytest.approx(share[(name, above)], rel=1e-9), (case, threshold)
+                assert bounds[0] <= good <= bounds[1], (case, threshold)
+                checked["bracketed"] += 1
     # The generated histograms reached every kind of check.
     assert min(checked.values()) >= 50, checked
 

@@ -11,7 +11,9 @@ from slo_api.attainment.arithmetic import (
     alerting,
     at_risk,
     counted_bound,
+    exhausts_in,
     fraction_within,
+    good_ratio_bounds,
     latency_objective,
     lowest_budget,
     quantile,
@@ -188,3 +190,72 @@ def test_the_arms_spend_the_workbooks_budget_shares_of_28_days_or_are_capped() -
     assert p50["arms"][0]["budgetShare"] == pytest.approx(1 / 672, abs=1e-6)
     assert p50["bucket"] == {"le": 0.025, "exact": False}
     assert alerting("ttft", "avg", 0.5) is None
+
+
+def test_the_good_ratio_carries_the_bounds_of_the_bucket_around_the_threshold() -> None:
+    # 0.3 lies in (0.25, 0.5]: at 0.25 half are counted, at 0.5 nine in ten.
+    assert good_ratio_bounds(TTFT, 0.3) == (0.5, 0.9)
+    # On a bound there is nothing to bracket.
+    assert good_ratio_bounds(TTFT, 0.25) == (0.5, 0.5)
+    # Below the first bound: from none to the first bucket's.
+    assert good_ratio_bounds(TTFT, 0.05) == (0.0, 0.1)
+    # In +Inf's bucket: from what is below the highest finite bound to all of them.
+    assert good_ratio_bounds(Histogram(((1.0, 50.0), (INF, 100.0))), 5.0) == (0.5, 1.0)
+    assert good_ratio_bounds(Histogram(((1.0, 0.0), (INF, 0.0))), 0.5) is None
+    answer = latency_objective("ttft", "p90", 0.3, TTFT, {})
+    assert answer["goodRatioBounds"] == {"low": 0.5, "high": 0.9}
+    assert answer["requests"] == 100.0
+
+
+def test_below_the_traffic_floor_an_objective_is_no_data_with_its_figures() -> None:
+    few = latency_objective("ttft", "p90", 0.3, TTFT, {}, min_requests=101)
+    assert few["status"] == "no_data"
+    assert few["reason"] == "insufficient_traffic"
+    assert few["goodRatio"] == pytest.approx(0.58)
+    assert few["goodRatioBounds"] == {"low": 0.5, "high": 0.9}
+    enough = latency_objective("ttft", "p90", 0.3, TTFT, {}, min_requests=100)
+    assert enough["status"] == "violated"
+    assert enough["reason"] is None
+    avg = latency_objective("ttft", "avg", 0.5, TTFT, {}, min_requests=101)
+    assert (avg["status"], avg["reason"]) == ("no_data", "insufficient_traffic")
+
+
+def test_no_series_is_told_apart_from_no_traffic() -> None:
+    empty = Histogram(((0.5, 0.0), (INF, 0.0)), 0.0)
+    assert latency_objective("ttft", "p90", 0.5, empty, {})["reason"] == "no_traffic"
+    assert latency_objective("ttft", "p90", 0.5, None, {})["reason"] == "no_traffic"
+    unmatched = latency_objective("ttft", "p90", 0.5, None, {}, series=False)
+    assert (unmatched["status"], unmatched["reason"]) == ("no_data", "no_series")
+
+
+def test_the_budget_runs_out_where_the_burn_outpaces_what_leaves_the_window() -> None:
+    # Half the budget left of a 28-day window, burning at 2: the spent half leaves the
+    # window as it moves (evenly, assumed) while twice the budget's pace comes in:
+    # 0.5 * (1 - h/672) + 2 * h/672 = 1 at h = 672 * 0.5 / 1.5 = 224 hours.
+    assert exhausts_in(0.5, 2.0, 672.0) == pytest.approx(224.0)
+    # A full budget at 14.4 lasts 672 / 14.4 hours.
+    assert exhausts_in(1.0, 14.4, 672.0) == pytest.approx(672 / 14.4)
+    # At or below 1 the window never spends more than its budget.
+    assert exhausts_in(0.5, 1.0, 672.0) is None
+    assert exhausts_in(0.5, 0.0, 672.0) is None
+    # Already spent, or unknown: no forecast.
+    assert exhausts_in(0.0, 5.0, 672.0) is None
+    assert exhausts_in(-1.0, 5.0, 672.0) is None
+    assert exhausts_in(None, 5.0, 672.0) is None
+    assert exhausts_in(0.5, None, 672.0) is None
+
+
+def test_an_objective_forecasts_at_its_1h_and_6h_burn_rates() -> None:
+    # The window: 100 requests, 99 within 0.5 s (p90: 0.1 budget, 0.01 spent, 0.9 left).
+    window = Histogram(((0.5, 99.0), (INF, 100.0)))
+    hot = Histogram(((0.5, 60.0), (INF, 100.0)))  # burn 4
+    cool = Histogram(((0.5, 95.0), (INF, 100.0)))  # burn 0.5
+    answer = latency_objective(
+        "ttft", "p90", 0.5, window, {"1h": hot, "6h": cool}, window_hours=672.0
+    )
+    assert answer["exhaustsIn"]["1h"] == pytest.approx(672 * 0.9 / (4 - 0.1))
+    assert answer["exhaustsIn"]["6h"] is None
+    few = latency_objective(
+        "ttft", "p90", 0.5, window, {"1h": hot}, window_hours=672.0, min_requests=1000
+    )
+    assert few["exhaustsIn"] == {"1h": None, "6h": None}

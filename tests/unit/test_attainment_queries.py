@@ -137,9 +137,10 @@ async def test_a_refresh_is_a_fixed_number_of_queries_and_failures_keep_the_last
     assert before["source"] == {"status": "unavailable", "reason": "not queried yet", "asOf": None}
     assert before["objectives"] == []
     await attainment.refresh()
-    # 7 windows x 2 metrics of buckets, and sums for the 4 answer windows, one query of the
-    # recorded series per window, and what 5 minutes of each metric hold: not per route.
-    assert len(queries) == 22 + 7 + 2
+    # 7 windows x 2 metrics of buckets, sums and earliest samples for the 4 answer windows,
+    # one query of the recorded series per window, and what 5 minutes of each metric hold:
+    # not per route.
+    assert len(queries) == 30 + 7 + 2
     # No route's name or model is in any of them.
     assert not any("m1" in q or "x\\" in q for q in queries)
     ok = attainment.answer("r0", "llm", routes[0], "28d")
@@ -316,10 +317,15 @@ async def test_one_routes_failing_query_leaves_every_other_routes_figures() -> N
     slow["metadata"]["annotations"] = {ANNOTATION: '{engine="slow"}'}
     attainment = _attainment(handler, [plain, fine, slow])
     await attainment.refresh()
-    assert attainment.answer("plain", "llm", plain, "28d")["source"]["status"] == "ok"
+    others = attainment.answer("plain", "llm", plain, "28d")
+    assert others["source"]["status"] == "ok"
+    # The joined coverage query of the routes with their own matchers failed too: theirs is
+    # unknown (not "no series"), the other routes' is still known.
+    assert others["objectives"][0]["coverage"] == {"since": "2026-12-18T08:00:00Z", "fraction": 1.0}
     mine = attainment.answer("fine", "llm", fine, "28d")
     assert mine["source"]["status"] == "ok"
     assert mine["objectives"][0]["goodRatio"] == pytest.approx(0.8)
+    assert (mine["objectives"][0]["coverage"], mine["objectives"][0]["reason"]) == (None, None)
     failed = attainment.answer("slow", "llm", slow, "28d")
     assert failed["source"]["status"] == "unavailable"
     assert "query timed out" in failed["source"]["reason"]

@@ -29,6 +29,7 @@ console.log(JSON.stringify({
   sources: input.sources.map((s) => a.sourceText(s)),
   targets: input.objectives.map(a.targetText),
   budgets: input.budgets.map(a.budgetText),
+  notes: input.notes.map(a.objectiveNotes),
   ranks: input.items.map(budgetOf),
 }));
 """
@@ -46,6 +47,7 @@ def run_page(tmp_path: Path, **input: Any) -> dict[str, Any]:
         "budgets": [],
         "items": [],
         "sources": [],
+        "notes": [],
     }
     done = subprocess.run(
         [NODE, "driver.js"],
@@ -152,4 +154,47 @@ def test_a_route_ranks_by_its_lowest_budget_and_shows_its_worst_status(tmp_path:
         {"budget": -0.2, "status": "violated"},
         {"budget": None, "status": "no_data"},
         {"budget": None, "status": None},
+    ]
+
+
+def test_an_objective_says_what_its_figures_rest_on_and_when_its_budget_runs_out(
+    tmp_path: Path,
+) -> None:
+    few = {
+        "metric": "ttft",
+        "status": "no_data",
+        "reason": "insufficient_traffic",
+        "requests": 42.5,
+        "goodRatio": 0.58,
+        "estimated": True,
+        "goodRatioBounds": {"low": 0.5, "high": 0.9},
+        "coverage": {"since": "2026-12-04T06:00:00Z", "fraction": 0.25},
+        "exhaustsAt": {"1h": None, "6h": None},
+    }
+    burning = {
+        "metric": "otps",
+        "status": "at_risk",
+        "reason": None,
+        "goodRatio": 0.9,
+        "estimated": False,
+        "goodRatioBounds": {"low": 0.9, "high": 0.9},
+        "coverage": {"since": "2026-11-06T12:00:00Z", "fraction": 1.0},
+        "exhaustsAt": {"1h": "2026-12-05T02:00:00Z", "6h": None},
+    }
+    unmatched = {"metric": "ttft", "status": "no_data", "reason": "no_series", "coverage": None}
+    idle = {"metric": "ttft", "status": "no_data", "reason": "no_traffic"}
+    notes = run_page(tmp_path, notes=[few, burning, unmatched, idle, {"metric": "queue"}])["notes"]
+    assert notes == [
+        [
+            "Too few requests to judge: 42.5 in the window.",
+            "58.0% within the target, estimated: between 50.0% and 90.0%.",
+            "Prometheus holds 25.0% of the window (since 2026-12-04T06:00:00Z).",
+        ],
+        [
+            "At the 1h burn rate the budget runs out at 2026-12-05T02:00:00Z; "
+            "at the 6h rate it does not.",
+        ],
+        ["No series match this route's selector in the window."],
+        ["No requests in the window."],
+        [],
     ]

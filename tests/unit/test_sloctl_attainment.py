@@ -115,10 +115,55 @@ def test_attainment_of_one_route_is_a_row_per_objective_and_unmeasured_target(
     assert route.calls.last.request.url.params["window"] == "7d"
     lines = [line.split() for line in out.splitlines()]
     assert lines == [
-        ["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS"],
-        ["chat-7b", "ttft", "p90<=0.8s", "~0.62s", "70.0%", "met"],
-        ["chat-7b", "otps", "avg>=20/s", "31.5/s", "-", "met"],
-        ["chat-7b", "ttft", "[0,4096)", "-", "-", "unmeasured"],
+        ["ROUTE", "METRIC", "TARGET", "OBSERVED", "BUDGET", "STATUS", "EXHAUSTS"],
+        ["chat-7b", "ttft", "p90<=0.8s", "~0.62s", "70.0%", "met", "-"],
+        ["chat-7b", "otps", "avg>=20/s", "31.5/s", "-", "met", "-"],
+        ["chat-7b", "ttft", "[0,4096)", "-", "-", "unmeasured", "-"],
+    ]
+
+
+def test_attainment_says_when_the_budget_runs_out_and_why_there_is_no_data(
+    api: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    burning = objective(
+        "otps",
+        "p50",
+        30,
+        observed=33.0,
+        goodRatio=0.6,
+        budgetRemaining=0.2,
+        status="at_risk",
+        exhaustsAt={"1h": "2026-12-03T02:00:00Z", "6h": "2026-12-04T09:00:00Z"},
+    )
+    later = objective(
+        "ttft",
+        "p90",
+        0.8,
+        observed=0.5,
+        goodRatio=0.95,
+        budgetRemaining=0.5,
+        exhaustsAt={"1h": None, "6h": "2026-12-20T00:00:00Z"},
+    )
+    few = objective(
+        "ttft",
+        "p99",
+        1.0,
+        goodRatio=0.9,
+        status="no_data",
+        reason="insufficient_traffic",
+        exhaustsAt={"1h": None, "6h": None},
+    )
+    api.get("/routes/code-13b/attainment").respond(
+        json={**CODE, "objectives": [burning, later, few]}
+    )
+    code, out, _ = run(capsys, "attainment", "code-13b")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[1:]]
+    # The sooner of the two forecasts, with the burn rate's window it is at.
+    assert [r[5:] for r in rows] == [
+        ["at_risk", "2026-12-03T02:00:00Z(1h)"],
+        ["met", "2026-12-20T00:00:00Z(6h)"],
+        ["no_data(insufficient_traffic)", "-"],
     ]
 
 
@@ -165,7 +210,7 @@ def test_attainment_says_why_figures_are_missing_or_old(
     api.get("/routes/chat-7b/attainment").respond(json=unconfigured)
     code, out, err = run(capsys, "attainment", "chat-7b")
     assert code == 0
-    assert table_rows(out)["chat-7b"] == ["chat-7b", "-", "-", "-", "-", "not_configured"]
+    assert table_rows(out)["chat-7b"] == ["chat-7b", "-", "-", "-", "-", "not_configured", "-"]
     assert err == ""
     stale = {"status": "unavailable", "reason": "timeout", "asOf": "2026-12-02T04:00:00Z"}
     api.get("/config", params__contains={"view": "attainment"}).respond(
