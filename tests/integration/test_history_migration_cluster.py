@@ -54,7 +54,9 @@ def _entry(n: int, route: str, **extra: Any) -> dict[str, Any]:
     """An entry as the earlier version wrote it."""
     return {
         "id": str(n),
-        "time": "2025-12-01T00:00:00Z",
+        # Later changes later, as a resourceVersion and the clock go (the history orders by
+        # time, then by id).
+        "time": f"2025-12-01T00:{n % 60:02d}:00Z",
         "actor": "bob",
         "via": "slo-api",
         "requestId": f"r{n}",
@@ -170,7 +172,7 @@ async def test_an_upgrade_carries_what_the_earlier_version_wrote_and_nothing_mad
         "requestId": None,
         "clientRequestId": None,
         "owners": {},
-        "time": "2026-12-01T00:00:00Z",
+        "time": "2025-12-01T00:04:30Z",  # when the watch saw it, not what the ConfigMap says
     }
     chat_uid = chat["metadata"]["uid"]
     admin.create(
