@@ -9,11 +9,13 @@ another's positions, and bounded in bytes. An entry is dropped only when its his
 its byte bound; a live stream that had not yet written it is then ended (it fell further
 behind than the bound), never one that had.
 
-A revision names a point in the cluster's history: the resourceVersion each informer (kind,
-API group, and namespace when namespaces are scoped) had reached and how many objects it
-held there, with this process's epoch and sequence beside it, base64 of a small binary
-encoding. This process resumes from its own sequence exactly. Another replica (or this one
-after a restart) resumes from the versions: it replays every change it recorded from a
+A revision names a point in the cluster's history: the resourceVersion each informer had
+reached and how many objects it held there, with this process's epoch and sequence beside it,
+base64 of a small binary encoding. The informers are the kinds' (kind, API group, and
+namespace when namespaces are scoped) and the guardrails' (SLOLimits, exempt namespaces): the
+full view shows a route's limits, so a change they cause has its place among the versions
+like any other. This process resumes from its own sequence exactly. Another replica (or this
+one after a restart) resumes from the versions: it replays every change it recorded from a
 version the revision had not reached (the same change may come twice: events carry whole
 items, so the client converges), and answers 410 when its history does not reach back that
 far. A replica knows the cluster from its first list on; a version before that is covered
@@ -310,8 +312,12 @@ class ChangeLog:
         epoch, _, digest, values = self._decode(revision)
         if epoch == self._epoch:
             return None
-        mine = sorted(self.index.positions)
+        mine = sorted(self.versions_reached())
         if digest != _digest(mine) or len(values) not in (len(mine), 2 * len(mine)):
+            if self.service.limits.positions and digest == _digest(sorted(self.index.positions)):
+                # Given before revisions named the guardrails' informers too: where it stands
+                # among the limits' changes is not known.
+                raise Expired(f"revision {revision!r} is from an earlier version of this server")
             raise Expired(f"revision {revision!r} is from a server that follows other resources")
         # A revision without counts (from a server before they were given) knows none.
         held = values[len(mine) :] or [0] * len(mine)
@@ -329,7 +335,9 @@ class ChangeLog:
             if seq < history.floor:
                 raise Expired(f"revision {revision!r} is older than the history kept")
             return seq
-        first, lists = self.index.first_positions, self.index.first_lists
+        limits = self.service.limits
+        first = {**self.index.first_positions, **limits.first_positions}
+        lists = {**self.index.first_lists, **limits.first_lists}
         reached: dict[Source, int] = {}
         for source, (version, held) in remote.items():
             if version < history.floor_rv.get(source, 0):
@@ -355,7 +363,7 @@ class ChangeLog:
         if found is None:
             self.follow(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
-            found.floor_rv = dict(self.index.positions)
+            found.floor_rv = self.versions_reached()
             self._mark(frozenset(), {})
         return found
 
@@ -588,16 +596,23 @@ class ChangeLog:
         floor, counts = self._pending_floor, self.index.counts
         # A relist the index applies over several turns stands before its version till done.
         replacing = self.index.replacing
+        limits = self.service.limits
+        held = {s: limits.held(s) for s in limits.positions}
         return tuple(
             sorted(
                 (s, min(v, floor[s] - 1), 0)
                 if s in floor
                 else (s, min(v, replacing[s] - 1), 0)
                 if s in replacing
-                else (s, v, counts[s] + 1)
-                for s, v in self.index.positions.items()
+                else (s, v, (held[s] if s in held else counts[s]) + 1)
+                for s, v in self.versions_reached().items()
             )
         )
+
+    def versions_reached(self) -> dict[Source, int]:
+        """The version each informer reached: the kinds' (the index's) and the guardrails'
+        (a route's full view shows its namespace's limits)."""
+        return {**self.index.positions, **self.service.limits.positions}
 
     def _mark(self, lasts: frozenset[int], lowest: dict[Source, int]) -> None:
         # A position inside the chunk (not the last of its view) stands before every cause
