@@ -287,6 +287,12 @@ class Limits:
         """How many objects of an informer mean something here (see `first_lists`)."""
         return len(self._meaning.get(source, ()))
 
+    def state(self, source: Source) -> tuple[int, int]:
+        """An informer's newest object that means something here, and how many there are: a
+        version at or after that newest, with as many, names this same state."""
+        meaning = self._meaning.get(source, {})
+        return max(meaning.values(), default=0), len(meaning)
+
     def exempt(self, namespace: str) -> bool:
         """Whether the namespace is labelled exempt from the guardrails."""
         return namespace in self._exempt
@@ -398,8 +404,7 @@ class Limits:
                     found = kept.get(ns)
                     value, rv = (found.value, found.rv) if found else (None, 0)
                     changed |= self._set(plural, (ns, PARAMS_NAME), value, source, rv)
-        meaning = self._meaning[source]
-        self.first_lists.setdefault(source, (max(meaning.values(), default=0), len(meaning)))
+        self.first_lists.setdefault(source, self.state(source))
         # A relist: what it finds changed changed at some point up to the list's version.
         self._changed(changed, (source, self.positions.get(source, 0)))
 

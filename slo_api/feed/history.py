@@ -155,6 +155,11 @@ class History:
         self.floor = floor
         # The same in versions, per informer: what a revision from elsewhere must have reached.
         self.floor_rv: dict[Source, int] = {}
+        # For the guardrails' informers (often quiet for long: their version may stay behind
+        # the floor another replica started its history at), their state at the start (see
+        # Limits.state): a revision before the floor that names this state is covered. Gone
+        # once an entry of theirs is dropped.
+        self.floor_state: dict[Source, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self.changes) - self._start
@@ -178,6 +183,7 @@ class History:
             self.floor = change.seq
             if change.rv > self.floor_rv.get(change.source, 0):
                 self.floor_rv[change.source] = change.rv
+                self.floor_state.pop(change.source, None)
         if start > 1024 and start > len(changes) // 2:
             del changes[:start]
             del self._seqs[:start]
@@ -341,7 +347,9 @@ class ChangeLog:
         reached: dict[Source, int] = {}
         for source, (version, held) in remote.items():
             if version < history.floor_rv.get(source, 0):
-                raise Expired(f"revision {revision!r} is older than the history kept")
+                state = history.floor_state.get(source)
+                if state is None or held != state[1] or state[0] > version:
+                    raise Expired(f"revision {revision!r} is older than the history kept")
             reached[source] = version
             if version < first.get(source, 0):
                 # Before this process's first list (a restart, a new replica): covered only
@@ -364,6 +372,10 @@ class ChangeLog:
             self.follow(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
             found.floor_rv = self.versions_reached()
+            limits = self.service.limits
+            found.floor_state = {
+                s: limits.state(s) for s in limits.positions if s not in self._pending_floor
+            }
             self._mark(frozenset(), {})
         return found
 

@@ -984,3 +984,35 @@ async def test_a_revision_of_a_version_that_named_only_the_kinds_is_expired() ->
     listed([new], [cr("a", "x", "chat", rv=10)], 10)
     with pytest.raises(Expired, match="earlier version"):
         new.open("full", None, given)
+
+
+async def test_a_quiet_limits_informer_behind_another_replicas_floor_still_resumes() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        limits = feed.service.limits
+        limits.reached("slolimits", GROUP, None, "5")
+        await limits.replace_in_turns(
+            "slolimits", [limits.entry("slolimits", default_limits("a", 3, maxPriority=9))], GROUP
+        )
+    listed(both, [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a, "full")
+    cut_at = a.revision(a.head)  # a's SLOLimits watch stays at 5: nothing moves there
+    b.service.limits.reached("slolimits", GROUP, None, "30")  # a bookmark b got, a did not
+    on_b = await reader(b, "full")  # b's full-view history starts here
+    event(both, cr("a", "x", "chat", rv=31, priority=4))
+    resumed = await reader(b, "full", since=cut_at)
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    # Where the limits did move before that start, b cannot tell what: 410.
+    c = make_feed()
+    limits = c.service.limits
+    limits.reached("slolimits", GROUP, None, "30")
+    await limits.replace_in_turns(
+        "slolimits", [limits.entry("slolimits", default_limits("a", 20, maxPriority=8))], GROUP
+    )
+    listed([c], [cr("a", "x", "chat", rv=10)], 10)
+    await (await reader(c, "full")).stop()
+    with pytest.raises(Expired, match="older"):
+        c.open("full", None, cut_at)
+    for r in (on_a, on_b, resumed):
+        await r.stop()
