@@ -725,9 +725,11 @@ class CRIndex:
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
         self.replace(plural, (), group, namespace)
 
-    def refresh(self, namespaces: set[str]) -> None:
+    def refresh(self, namespaces: set[str], cause: tuple[Source, int] | None = None) -> None:
         """Drop the renders of every route with a CR in `namespaces`, and tell the listeners:
-        something they show from outside the index changed there (its limits)."""
+        something they show from outside the index changed there (its limits), at `cause`
+        (the informer and resourceVersion that brought it)."""
+        self._cause = cause
         for objects in self._objects.values():
             for (namespace, _), entry in objects.items():
                 if namespace in namespaces and valid_route(entry.route):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slo_api.errors import ApiError
+from slo_api.index import Source, rv_number
 from slo_api.kube import Resource
 
 log = logging.getLogger("slo_api.limits")
@@ -254,6 +255,7 @@ class _Held:
 
     name: tuple[str, str]
     value: Any
+    rv: int = 0
 
 
 Listener = Callable[[set[str]], None]
@@ -268,12 +270,33 @@ class Limits:
         self._listeners: list[Listener] = []
         # Moves with every change: what caches of derived values check.
         self.version = 0
+        # Where the informers are in the cluster's history, as the index keeps it for the
+        # kinds' (slo_api.index.CRIndex): routes show the caps, so a change stream's revision
+        # names these versions too. Per informer: the version reached, the first one, the
+        # objects that mean something here (name -> resourceVersion: what is counted), and
+        # from its first list the newest of those and how many.
+        self.positions: dict[Source, int] = {}
+        self.first_positions: dict[Source, int] = {}
+        self.first_lists: dict[Source, tuple[int, int]] = {}
+        self._meaning: dict[Source, dict[tuple[str, str], int]] = {}
+        # While listeners run: the informer and resourceVersion of what they are told about.
+        self.cause: tuple[Source, int] | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(namespaces)` with the namespaces whose caps in effect changed."""
         self._listeners.append(listener)
 
     # -- reads -----------------------------------------------------------------------------
+
+    def held(self, source: Source) -> int:
+        """How many objects of an informer mean something here (see `first_lists`)."""
+        return len(self._meaning.get(source, ()))
+
+    def state(self, source: Source) -> tuple[int, int]:
+        """An informer's newest object that means something here, and how many there are: a
+        version at or after that newest, with as many, names this same state."""
+        meaning = self._meaning.get(source, {})
+        return max(meaning.values(), default=0), len(meaning)
 
     def exempt(self, namespace: str) -> bool:
         """Whether the namespace is labelled exempt from the guardrails."""
@@ -343,23 +366,37 @@ class Limits:
     def entry(self, plural: str, obj: Obj, group: str | None = None) -> _Held:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        rv = rv_number(obj) or 0
         if plural == NAMESPACES.plural:
             labels = meta.get("labels") or {}
-            return _Held(("", name), True if labels.get(EXEMPT_LABEL) == "true" else None)
+            return _Held(("", name), True if labels.get(EXEMPT_LABEL) == "true" else None, rv)
         namespace = str(meta.get("namespace", ""))
-        return _Held((namespace, name), caps_of(obj) if name == PARAMS_NAME else None)
+        return _Held((namespace, name), caps_of(obj) if name == PARAMS_NAME else None, rv)
 
     def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
-        pass  # nothing here is part of the change stream's revisions
+        """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
+        if not rv or not rv.isdigit():
+            return
+        source = (plural, group, namespace or "")
+        value = int(rv)
+        self.first_positions.setdefault(source, value)
+        if value > self.positions.get(source, -1):
+            self.positions[source] = value
+
+    def _source(self, plural: str, group: str | None, namespace: str) -> Source:
+        scoped = (plural, group or "", namespace)
+        return scoped if scoped in self.positions else (plural, group or "", "")
 
     def upsert(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         held = self.entry(plural, obj, group)
-        self._changed(self._set(plural, held.name, held.value))
+        source = self._source(plural, group, held.name[0])
+        self._changed(self._set(plural, held.name, held.value, source, held.rv), (source, held.rv))
         return True
 
     def delete(self, plural: str, obj: Obj, group: str | None = None) -> bool:
         held = self.entry(plural, obj, group)
-        self._changed(self._set(plural, held.name, None))
+        source = self._source(plural, group, held.name[0])
+        self._changed(self._set(plural, held.name, None, source, held.rv), (source, held.rv))
         return True
 
     async def replace_in_turns(
@@ -369,50 +406,72 @@ class Limits:
         group: str | None = None,
         namespace: str | None = None,
     ) -> None:
-        self._replace(plural, objs, namespace)
+        self._replace(plural, objs, group, namespace)
 
     def clear(self, plural: str, group: str | None = None, namespace: str | None = None) -> None:
-        self._replace(plural, (), namespace)
+        self._replace(plural, (), group, namespace)
 
-    def _replace(self, plural: str, objs: Iterable[Any], namespace: str | None) -> None:
-        held = {h.name: h.value for h in objs if isinstance(h, _Held)}
+    def _replace(
+        self, plural: str, objs: Iterable[Any], group: str | None, namespace: str | None
+    ) -> None:
+        listed = [h for h in objs if isinstance(h, _Held)]
+        source = (plural, group or "", namespace or "")
+        self._meaning[source] = {}
+        changed: set[str] = set()
         if plural == NAMESPACES.plural:
             old = set(self._exempt)
-            self._exempt = {name for (_, name), value in held.items() if value}
-            self._changed(old ^ self._exempt)
-            return
-        listed = {ns: v for (ns, name), v in held.items() if name == PARAMS_NAME and v is not None}
-        changed = set()
-        for ns in set(self._caps) | set(listed):
-            if namespace is None or ns == namespace:
-                changed |= self._set(plural, (ns, PARAMS_NAME), listed.get(ns))
-        self._changed(changed)
+            self._exempt = {h.name[1] for h in listed if h.value}
+            changed = old ^ self._exempt
+            for h in listed:
+                if h.value:
+                    self._meaning[source][h.name] = h.rv
+        else:
+            kept = {h.name[0]: h for h in listed if h.name[1] == PARAMS_NAME and h.value}
+            for ns in set(self._caps) | set(kept):
+                if namespace is None or ns == namespace:
+                    found = kept.get(ns)
+                    value, rv = (found.value, found.rv) if found else (None, 0)
+                    changed |= self._set(plural, (ns, PARAMS_NAME), value, source, rv)
+        self.first_lists.setdefault(source, self.state(source))
+        # A relist: what it finds changed changed at some point up to the list's version.
+        self._changed(changed, (source, self.positions.get(source, 0)))
 
-    def _set(self, plural: str, name: tuple[str, str], value: Any) -> set[str]:
+    def _set(
+        self, plural: str, name: tuple[str, str], value: Any, source: Source, rv: int
+    ) -> set[str]:
         """Store one object's meaning; the namespaces whose caps in effect may have changed."""
         namespace, obj_name = name
+        meaning = self._meaning.setdefault(source, {})
         if plural == NAMESPACES.plural:
             was = obj_name in self._exempt
             if value:
                 self._exempt.add(obj_name)
+                meaning[name] = rv
             else:
                 self._exempt.discard(obj_name)
+                meaning.pop(name, None)
             return {obj_name} if was != bool(value) else set()
         if obj_name != PARAMS_NAME:
             return set()
         old = self._caps.get(namespace)
         if value:
             self._caps[namespace] = value
+            meaning[name] = rv
         else:
             self._caps.pop(namespace, None)
+            meaning.pop(name, None)
         return {namespace} if old != (value or None) else set()
 
-    def _changed(self, namespaces: set[str]) -> None:
+    def _changed(self, namespaces: set[str], cause: tuple[Source, int] | None = None) -> None:
         if not namespaces:
             return
         self.version += 1
-        for listener in self._listeners:
-            try:
-                listener(namespaces)
-            except Exception:
-                log.exception("limits listener failed")
+        self.cause = cause
+        try:
+            for listener in self._listeners:
+                try:
+                    listener(namespaces)
+                except Exception:
+                    log.exception("limits listener failed")
+        finally:
+            self.cause = None

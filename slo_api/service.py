@@ -199,8 +199,10 @@ class Service:
         # route's history remembers them (managedFields alone forgets them at once).
         self.remembered: Remembered = remembered or _nothing_remembered
         self.limits = limits or Limits()
-        # A route's body shows its namespace's limits: cached renders follow them.
-        self.limits.subscribe(index.refresh)
+        # A route's body shows its namespace's limits: cached renders follow them, and the
+        # change log hears which informer's version caused it (revisions name it).
+        limits_ = self.limits
+        self.limits.subscribe(lambda namespaces: index.refresh(namespaces, limits_.cause))
         # How many routes are stored beyond their limits, until a CR or a limit changes.
         self._over_limits: int | None = None
         index.subscribe(self._recount)

@@ -188,10 +188,9 @@ class Feed:
             return  # open() says so
         if not versions:
             return
-        positions = self.index.positions
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RESUME_WAIT_SECONDS
-        while any(positions.get(s, -1) < v for s, v in versions.items()):
+        while any(self.log.versions_reached().get(s, -1) < v for s, v in versions.items()):
             if loop.time() > deadline:
                 log.info("resuming a change stream before this replica caught up with it")
                 return

@@ -9,11 +9,13 @@ another's positions, and bounded in bytes. An entry is dropped only when its his
 its byte bound; a live stream that had not yet written it is then ended (it fell further
 behind than the bound), never one that had.
 
-A revision names a point in the cluster's history: the resourceVersion each informer (kind,
-API group, and namespace when namespaces are scoped) had reached and how many objects it
-held there, with this process's epoch and sequence beside it, base64 of a small binary
-encoding. This process resumes from its own sequence exactly. Another replica (or this one
-after a restart) resumes from the versions: it replays every change it recorded from a
+A revision names a point in the cluster's history: the resourceVersion each informer had
+reached and how many objects it held there, with this process's epoch and sequence beside it,
+base64 of a small binary encoding. The informers are the kinds' (kind, API group, and
+namespace when namespaces are scoped) and the guardrails' (SLOLimits, exempt namespaces): the
+full view shows a route's limits, so a change they cause has its place among the versions
+like any other. This process resumes from its own sequence exactly. Another replica (or this
+one after a restart) resumes from the versions: it replays every change it recorded from a
 version the revision had not reached (the same change may come twice: events carry whole
 items, so the client converges), and answers 410 when its history does not reach back that
 far. A replica knows the cluster from its first list on; a version before that is covered
@@ -153,6 +155,11 @@ class History:
         self.floor = floor
         # The same in versions, per informer: what a revision from elsewhere must have reached.
         self.floor_rv: dict[Source, int] = {}
+        # For the guardrails' informers (often quiet for long: their version may stay behind
+        # the floor another replica started its history at), their state at the start (see
+        # Limits.state): a revision before the floor that names this state is covered. Gone
+        # once an entry of theirs is dropped.
+        self.floor_state: dict[Source, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self.changes) - self._start
@@ -176,6 +183,7 @@ class History:
             self.floor = change.seq
             if change.rv > self.floor_rv.get(change.source, 0):
                 self.floor_rv[change.source] = change.rv
+                self.floor_state.pop(change.source, None)
         if start > 1024 and start > len(changes) // 2:
             del changes[:start]
             del self._seqs[:start]
@@ -310,8 +318,12 @@ class ChangeLog:
         epoch, _, digest, values = self._decode(revision)
         if epoch == self._epoch:
             return None
-        mine = sorted(self.index.positions)
+        mine = sorted(self.versions_reached())
         if digest != _digest(mine) or len(values) not in (len(mine), 2 * len(mine)):
+            if self.service.limits.positions and digest == _digest(sorted(self.index.positions)):
+                # Given before revisions named the guardrails' informers too: where it stands
+                # among the limits' changes is not known.
+                raise Expired(f"revision {revision!r} is from an earlier version of this server")
             raise Expired(f"revision {revision!r} is from a server that follows other resources")
         # A revision without counts (from a server before they were given) knows none.
         held = values[len(mine) :] or [0] * len(mine)
@@ -329,11 +341,15 @@ class ChangeLog:
             if seq < history.floor:
                 raise Expired(f"revision {revision!r} is older than the history kept")
             return seq
-        first, lists = self.index.first_positions, self.index.first_lists
+        limits = self.service.limits
+        first = {**self.index.first_positions, **limits.first_positions}
+        lists = {**self.index.first_lists, **limits.first_lists}
         reached: dict[Source, int] = {}
         for source, (version, held) in remote.items():
             if version < history.floor_rv.get(source, 0):
-                raise Expired(f"revision {revision!r} is older than the history kept")
+                state = history.floor_state.get(source)
+                if state is None or held != state[1] or state[0] > version:
+                    raise Expired(f"revision {revision!r} is older than the history kept")
             reached[source] = version
             if version < first.get(source, 0):
                 # Before this process's first list (a restart, a new replica): covered only
@@ -355,7 +371,11 @@ class ChangeLog:
         if found is None:
             self.follow(view)
             found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
-            found.floor_rv = dict(self.index.positions)
+            found.floor_rv = self.versions_reached()
+            limits = self.service.limits
+            found.floor_state = {
+                s: limits.state(s) for s in limits.positions if s not in self._pending_floor
+            }
             self._mark(frozenset(), {})
         return found
 
@@ -588,16 +608,23 @@ class ChangeLog:
         floor, counts = self._pending_floor, self.index.counts
         # A relist the index applies over several turns stands before its version till done.
         replacing = self.index.replacing
+        limits = self.service.limits
+        held = {s: limits.held(s) for s in limits.positions}
         return tuple(
             sorted(
                 (s, min(v, floor[s] - 1), 0)
                 if s in floor
                 else (s, min(v, replacing[s] - 1), 0)
                 if s in replacing
-                else (s, v, counts[s] + 1)
-                for s, v in self.index.positions.items()
+                else (s, v, (held[s] if s in held else counts[s]) + 1)
+                for s, v in self.versions_reached().items()
             )
         )
+
+    def versions_reached(self) -> dict[Source, int]:
+        """The version each informer reached: the kinds' (the index's) and the guardrails'
+        (a route's full view shows its namespace's limits)."""
+        return {**self.index.positions, **self.service.limits.positions}
 
     def _mark(self, lasts: frozenset[int], lowest: dict[Source, int]) -> None:
         # A position inside the chunk (not the last of its view) stands before every cause

@@ -898,3 +898,121 @@ async def test_a_change_of_a_namespaces_limits_reaches_its_routes_in_the_full_vi
     [other] = [e for e in r.events if e.get("route") == "other" and e["type"] == "MODIFIED"]
     assert "limits" not in other["object"]
     await r.stop()
+
+
+def limits_event(feeds: list[Feed], obj: Obj) -> None:
+    """One watch event of SLOLimits as each replica's informer applies it."""
+    for feed in feeds:
+        limits = feed.service.limits
+        limits.reached("slolimits", GROUP, None, obj["metadata"]["resourceVersion"])
+        limits.upsert("slolimits", obj, GROUP)
+
+
+def default_limits(namespace: str, rv: int, **caps: int) -> Obj:
+    meta = {"namespace": namespace, "name": "default", "resourceVersion": str(rv)}
+    return {"metadata": meta, "spec": caps}
+
+
+async def test_a_full_view_resumed_on_another_replica_goes_on_exactly_after_a_limits_change() -> (
+    None
+):
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        feed.service.limits.reached("slolimits", GROUP, None, "5")
+        feed.service.limits.clear("slolimits", GROUP)
+    listed(both, [cr("a", "x", "chat", rv=10, priority=7)], 10)
+    on_a, on_b = await reader(a, "full"), await reader(b, "full")
+    # A limits change, then a client-owned one: both replicas record both.
+    limits_event(both, default_limits("a", 11, maxPriority=9))
+    event(both, cr("a", "x", "chat", rv=12, priority=8))
+    await on_a.settle()
+    assert on_a.changes()[-2:] == [("MODIFIED", "chat"), ("MODIFIED", "chat")]
+    cut_at = on_a.events[-1]["revision"]
+    event(both, cr("a", "x", "chat", rv=13, priority=6))
+    resumed = await reader(b, "full", since=cut_at)
+    # Exactly the change after the cut: no older state (priority 7 or 8) sent again.
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    assert resumed.events[0]["object"]["priority"] == 6
+    assert resumed.events[0]["object"]["limits"] == {"maxPriority": 9}
+    for r in (on_a, on_b, resumed):
+        await r.stop()
+
+
+async def test_a_revision_names_where_the_limits_were_for_a_fresh_replica_too() -> None:
+    a = make_feed()
+    a.service.limits.reached("slolimits", GROUP, None, "5")
+    a.service.limits.clear("slolimits", GROUP)
+    limits_event([a], default_limits("a", 6, maxPriority=9))
+    listed([a], [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a, "full")
+    before = a.revision(a.head)
+    # b starts later (serving full-view streams from its start) and lists the same limits.
+    b = make_feed()
+    earlier = await reader(b, "full")
+    b.service.limits.reached("slolimits", GROUP, None, "20")
+    await b.service.limits.replace_in_turns(
+        "slolimits",
+        [b.service.limits.entry("slolimits", default_limits("a", 6, maxPriority=9))],
+        GROUP,
+    )
+    listed([b], [cr("a", "x", "chat", rv=10)], 20)
+    on_b = await reader(b, "full", since=before)
+    assert on_b.changes() == []  # nothing to replay: the client's state is b's
+    # Where the limits moved before its start (changed, or gone), it cannot tell what: 410.
+    for moved in ([default_limits("a", 12, maxPriority=4)], []):
+        c = make_feed()
+        await (await reader(c, "full")).stop()
+        c.service.limits.reached("slolimits", GROUP, None, "20")
+        await c.service.limits.replace_in_turns(
+            "slolimits", [c.service.limits.entry("slolimits", obj) for obj in moved], GROUP
+        )
+        listed([c], [cr("a", "x", "chat", rv=10)], 20)
+        with pytest.raises(Expired, match="older"):
+            c.open("full", None, before)
+    for r in (on_a, on_b, earlier):
+        await r.stop()
+
+
+async def test_a_revision_of_a_version_that_named_only_the_kinds_is_expired() -> None:
+    old = make_feed()  # its revisions name the kinds' informers alone, as before
+    listed([old], [cr("a", "x", "chat", rv=10)], 10)
+    given = old.revision(old.head)
+    new = make_feed()
+    new.service.limits.reached("slolimits", GROUP, None, "5")
+    new.service.limits.clear("slolimits", GROUP)
+    listed([new], [cr("a", "x", "chat", rv=10)], 10)
+    with pytest.raises(Expired, match="earlier version"):
+        new.open("full", None, given)
+
+
+async def test_a_quiet_limits_informer_behind_another_replicas_floor_still_resumes() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        limits = feed.service.limits
+        limits.reached("slolimits", GROUP, None, "5")
+        await limits.replace_in_turns(
+            "slolimits", [limits.entry("slolimits", default_limits("a", 3, maxPriority=9))], GROUP
+        )
+    listed(both, [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a, "full")
+    cut_at = a.revision(a.head)  # a's SLOLimits watch stays at 5: nothing moves there
+    b.service.limits.reached("slolimits", GROUP, None, "30")  # a bookmark b got, a did not
+    on_b = await reader(b, "full")  # b's full-view history starts here
+    event(both, cr("a", "x", "chat", rv=31, priority=4))
+    resumed = await reader(b, "full", since=cut_at)
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    # Where the limits did move before that start, b cannot tell what: 410.
+    c = make_feed()
+    limits = c.service.limits
+    limits.reached("slolimits", GROUP, None, "30")
+    await limits.replace_in_turns(
+        "slolimits", [limits.entry("slolimits", default_limits("a", 20, maxPriority=8))], GROUP
+    )
+    listed([c], [cr("a", "x", "chat", rv=10)], 10)
+    await (await reader(c, "full")).stop()
+    with pytest.raises(Expired, match="older"):
+        c.open("full", None, cut_at)
+    for r in (on_a, on_b, resumed):
+        await r.stop()
