@@ -330,7 +330,7 @@ class Limits:
         return fields
 
     @staticmethod
-    def held(obj: Obj, caps: dict[str, Number]) -> list[Obj]:
+    def bounds(obj: Obj, caps: dict[str, Number]) -> list[Obj]:
         """Each value of a route's CR stored beyond `caps` with the bound a write of its key
         may reach (`Cap.held`: the value itself); every other value's bound is its cap."""
         spec = _spec(obj)
@@ -354,7 +354,7 @@ class Limits:
         if not caps:
             return {}
         over = self.over(obj, caps)
-        held = self.held(obj, caps) if over else []
+        held = self.bounds(obj, caps) if over else []
         return {
             "limits": caps,
             **({"overLimits": over} if over else {}),
