@@ -516,8 +516,10 @@ class History:
         if owners or before:
             self._remembered[uid] = owners
         if prev is None or prev.uid != uid:
-            # First seen here (a start, or a re-created CR): nothing to diff with.
-            if before is None and self.enabled and self.ownership.markers(obj):
+            # First seen here (a start, or a re-created CR): nothing to diff with. A CR at
+            # generation 1 was seen from its creation on: no change of it is stored yet, so
+            # there is nothing to read back (and its first change need not wait to name owners).
+            if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
                 self._start_seed(kind, obj, uid)
             return
         if (

@@ -209,6 +209,35 @@ def test_a_seed_still_pending_records_no_owners_and_merges_what_was_seen_since()
     vtime.run(scenario())
 
 
+def test_a_cr_created_while_watched_records_its_owners_even_while_histories_are_slow() -> None:
+    """A CR seen from its creation on (generation 1) has no history to read back: its first
+    change names the GitOps owners at once, however slow a list of revisions is."""
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        release = asyncio.Event()
+
+        async def slow_list(method: str, *args: Any) -> None:
+            if method == "list":
+                await release.wait()
+
+        kube.error_callback = slow_list
+        replica = _replica(kube)
+        created = _argo(1, _managed(CREATED, ARGO), priority=1)
+        replica.observe(PLURAL, GROUP, NAME, created)
+        forced = ("slo-api", "2026-01-02T00:00:00Z", ["priority"])
+        changed = _argo(2, _managed(CREATED, ARGO, forced), priority=9)
+        replica.observe(PLURAL, GROUP, NAME, changed)
+        await until(lambda: len(_revisions(kube)) == 1, "the change recorded")
+        (entry,) = _revisions(kube)
+        assert entry["owners"] is not None
+        assert entry["owners"]["priority"]["manager"] == "argocd-controller"
+        release.set()
+        await _settle(replica)
+
+    vtime.run(scenario())
+
+
 def test_a_change_met_by_an_outage_is_recorded_as_soon_as_the_api_server_answers() -> None:
     async def scenario() -> None:
         kube = FakeKube()
