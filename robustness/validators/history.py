@@ -17,6 +17,7 @@ from robustness.model import (
 )
 from robustness.recording import KUBE, Recording, Request
 from robustness.validators.base import Violation, around, describe_request, describe_state
+from robustness.validators.writes import made_by
 
 PROMISE = (
     "every change of a route's client-owned fields is exactly one revision, in order, with the "
@@ -47,17 +48,29 @@ def _recorded(rev: Revision) -> dict[str, tuple[object, object]]:
     }
 
 
-def _writers(recording: Recording) -> dict[int, Request]:
-    """The acknowledged writes, by the resourceVersion they answered."""
-    found: dict[int, Request] = {}
+def _writers(recording: Recording) -> dict[int, list[Request]]:
+    """The acknowledged writes, by the resourceVersion they answered (a write that changed
+    nothing answers the version that stood: see `_writer`)."""
+    found: dict[int, list[Request]] = {}
     for r in recording.requests:
         if r.status is None or not 200 <= r.status < 300 or is_dry_run(r):
             continue
         if r.replica == KUBE or r.method in WRITES:
             rv = answered_version(r)
             if rv is not None:
-                found.setdefault(rv, r)
+                found.setdefault(rv, []).append(r)
     return found
+
+
+def _writer(
+    recording: Recording, ground: Ground, writers: dict[int, list[Request]], state: State
+) -> Request | None:
+    """The acknowledged write that made `state`, if any (its writer may have died unanswered)."""
+    before = ground.previous(state)
+    candidates = writers.get(state.rv, [])
+    if before is None:
+        return candidates[0] if candidates else None
+    return next((r for r in candidates if made_by(recording, r, before, state)), None)
 
 
 def _expected_actor(recording: Recording, writer: Request) -> str:
@@ -168,7 +181,7 @@ def history(recording: Recording, ground: Ground) -> list[Violation]:
                     )
                 elif missing is None:
                     violation(f"revision {rev.id} records {recorded}, expected {expected}", s)
-            writer = writers.get(s.rv)
+            writer = _writer(recording, ground, writers, s)
             problem = _actor_problem(recording, rev, s, writer)
             if problem is not None and not (gone is not None and rev.time >= gone):
                 violation(

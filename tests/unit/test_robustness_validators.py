@@ -500,3 +500,14 @@ def test_the_ground_truth_indexes_each_cr_by_uid() -> None:
     b.create("chat", "llm", "a")
     ground = build(b.recording)
     assert len([uid for uid, h in ground.states.items() if h[0].route == "chat"]) == 2
+
+
+def test_a_write_that_changed_nothing_is_not_taken_for_the_writer_of_a_placeholder() -> None:
+    b = clean()
+    # A write through slo-api whose replica was killed before it answered: recorded by the
+    # others as `unknown` via slo-api; then a write conditional on that version changed nothing.
+    lost = b.change("chat", {"priority": 2}, manager="slo-api")
+    b.recording.requests.remove(lost)
+    _revisions(b)[-1].object["data"].update(actor="unknown", via="slo-api")
+    b.put("chat", {"priority": 2}, noop=True, if_match=f'"{b.rv}"')
+    assert validate(b.finish()) == []
