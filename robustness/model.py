@@ -191,6 +191,9 @@ class Revision:
     time: float
     namespace: str
     deleted: float | None = None
+    # The objects holding it: a revision replacing a placeholder is first copied aside under
+    # a name of its own (slo_api/history.py), so it is gone only once every copy is.
+    names: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -230,6 +233,10 @@ def _managers(obj: Obj) -> list[Obj]:
     return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
 
 
+def _placeholder(entry: Obj) -> bool:
+    return entry.get("actor") == "unknown" and not entry.get("migrated")
+
+
 def build(recording: Recording) -> Ground:
     resources = {**RESOURCES, **recording.settings.get("resources", {})}
     truth = Ground()
@@ -253,14 +260,22 @@ def build(recording: Recording) -> Ground:
             if not ident.isdigit():
                 continue
             key = (uid, int(ident))
+            name = str(meta.get("name", ""))
+            held = truth.revisions.get(key)
             if record.event == "DELETED":
-                if key in truth.revisions:
-                    truth.revisions[key].deleted = record.time
-            elif key not in truth.revisions or truth.revisions[key].deleted is not None:
+                if held is not None and held.deleted is None:
+                    held.names.discard(name)
+                    if not held.names:
+                        held.deleted = record.time
+            elif held is None or held.deleted is not None:
                 # A placeholder replaced by its writer is deleted and created again.
                 truth.revisions[key] = Revision(
-                    uid, int(ident), entry or {}, record.time, namespace
+                    uid, int(ident), entry or {}, record.time, namespace, names={name}
                 )
+            else:
+                held.names.add(name)
+                if _placeholder(held.data) and not _placeholder(entry or {}):
+                    held.data = entry or {}  # as slo-api reads it: the writer's over `unknown`
             continue
         if record.resource == LIMITS:
             if meta.get("name") == "default":

@@ -5,7 +5,8 @@ CR (the garbage collector removes them with it), labelled with the CR's uid, and
 that uid and the resourceVersion the change made: the same change always gets the same name,
 so a second replica's create of it is an AlreadyExists that changes nothing, and a CR deleted
 and created again (a new uid) starts a history of its own. Each CR keeps its newest
-`ROUTE_HISTORY_ENTRIES` revisions; the older ones are deleted. No value is stored beyond
+`ROUTE_HISTORY_ENTRIES` revisions: whichever replica stores one then lists the CR's revisions
+and deletes the oldest beyond them (see `_prune`). No value is stored beyond
 `VALUE_CAP` bytes (a larger one is kept as its sha256 and size), so no revision can grow
 past what the API server stores and no route's history can stop recording.
 
@@ -19,7 +20,9 @@ consecutive states the informers observed for one CR (never a write's answer). W
 - a change whose manager is slo-api that this replica did not make is some other replica's:
   it is left to that replica for `GRACE` (the upstream timeout: its answer has arrived by
   then), then recorded with the actor `unknown` if nobody did (a create that is a no-op when
-  the other replica did). A replica whose own write finds such a placeholder replaces it.
+  the other replica did). So is a change no manager stamped (`unknown`): a reset through
+  slo-api, nulls for the only fields it held, leaves no slo-api entry in managedFields. A
+  replica whose own write finds such a placeholder replaces it.
 A relist shows a new state without the ones between: the change recorded is from the last
 state observed to the listed one; it is a caller's only if it starts at the state the caller's
 write was made on, and a revision of the same version made from consecutive states (by a
@@ -365,10 +368,8 @@ class History:
         # The GitOps owners in effect after the newest change observed, per CR uid.
         self._remembered: dict[str, dict[str, Owner]] = {}
         # Per CR uid: recordings of this replica's own writes under way (a read on this
-        # replica waits for them, no other), and how many revisions it holds as far as this
-        # replica knows (None: not counted yet).
+        # replica waits for them, no other).
         self._recording: dict[str, set[asyncio.Task[None]]] = {}
-        self._held: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Changes made by slo-api that no answer here named yet, waiting (by version), with
         # the task that records them.
@@ -381,8 +382,6 @@ class History:
         self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
         # Per CR uid whose seed (see _seed) is under way: the newest state observed since.
         self._seeding: dict[str, Obj] = {}
-        # The CRs most recently gone (see _forget).
-        self._gone: BoundedDict[str, bool] = BoundedDict(MINE_KEPT)
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
         self._firsts: list[tuple[Kind, Entry]] = []
         self._firsts_task: asyncio.Task[None] | None = None
@@ -434,7 +433,6 @@ class History:
         """The CR uids this replica keeps anything for (beyond the last state seen)."""
         return {
             *self._remembered,
-            *self._held,
             *self._unseen,
             *self._reached,
             *self._seeding,
@@ -551,9 +549,11 @@ class History:
             # A relist's gap that ends at this replica's write but holds more than it: it is
             # not pinned on the caller.
             self._record(change, actor, manager, None, None, recorded)
-        elif manager == SELF:
-            # Another replica's write, or this one's whose answer is still on its way.
-            self._later(change, version, recorded)
+        elif manager in (SELF, UNKNOWN):
+            # Another replica's write, or this one's whose answer is still on its way: a
+            # reset through slo-api (nulls for the only fields it held) leaves no slo-api
+            # entry in managedFields, so a change no manager stamped may be one too.
+            self._later(change, version, manager, recorded)
         else:
             self._record(change, manager, manager, None, None, recorded)
 
@@ -564,11 +564,9 @@ class History:
     def _forget(self, uid: str) -> None:
         """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
         self._remembered.pop(uid, None)
-        self._held.pop(uid, None)
         self._reached.pop(uid, None)
         self._seeding.pop(uid, None)
         self._arrived(uid, None)
-        self._gone[uid] = True  # a recording still under way keeps nothing for it either
 
     def _first_sight(self, kind: Kind, entry: Entry) -> None:
         """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
@@ -609,7 +607,7 @@ class History:
         if left:
             self._unseen[uid] = left
 
-    def _later(self, change: _Change, rv: str, owners: dict[str, Owner] | None) -> None:
+    def _later(self, change: _Change, rv: str, via: str, owners: dict[str, Owner] | None) -> None:
         if not self.enabled:
             return
 
@@ -628,7 +626,7 @@ class History:
             if mine is not None and mine.made(change):
                 await self._store(change, mine.writer[0], SELF, *mine.writer[1:], owners)
             else:
-                await self._store(change, UNKNOWN, SELF, None, None, owners, placeholder=True)
+                await self._store(change, UNKNOWN, via, None, None, owners, placeholder=True)
 
         # Not a recording a read here waits for, unless this replica's answer names it.
         self._answers[rv] = (answered, self._spawn(wait()))
@@ -745,14 +743,20 @@ class History:
         loop = asyncio.get_running_loop()
         given_up_at = loop.time() + RECORD_PATIENCE
         retried = False
+        # Once stored, only the pruning is left to retry (a second create would be a no-op
+        # that prunes nothing).
+        stored = False
         while True:
+            doing = "pruning the history" if stored else "recording a change"
             try:
-                stored = await self._create(
-                    body, replaces=via == SELF and actor != UNKNOWN and not placeholder
-                )
-                self._count("stored" if stored else "already")
-                if stored:
-                    await self._prune(namespace, uid_of(change.obj) or "")
+                if not stored:
+                    stored = await self._create(
+                        body, replaces=via == SELF and actor != UNKNOWN and not placeholder
+                    )
+                    self._count("stored" if stored else "already")
+                    if not stored:
+                        return
+                await self._prune(namespace, uid_of(change.obj) or "")
                 return
             except KubeError as exc:
                 delay = exc.retry_after or backoff.next()
@@ -761,17 +765,19 @@ class History:
                 # for it (a while), rather than be lost from the history.
                 if (_passing(exc) or exc.status == 404) and loop.time() + delay < given_up_at:
                     if not retried:  # once, not at every retry
-                        log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                        log_failure(log, exc, f"{doing} of {namespace}/{name}", ROLE)
                     retried = True
                     if await self.pause(delay):
                         backoff.reset()  # woken as the API server answers again
                     continue
-                self._count("failed")
-                log_failure(log, exc, f"recording a change of {namespace}/{name}", ROLE)
+                if not stored:
+                    self._count("failed")
+                log_failure(log, exc, f"{doing} of {namespace}/{name}", ROLE)
                 return
             except Exception:
-                self._count("failed")
-                log.exception("a change of %s could not be recorded", namespace)
+                if not stored:
+                    self._count("failed")
+                log.exception("%s of %s failed", doing, namespace)
                 return
 
     async def _create(self, body: Obj, *, replaces: bool) -> bool:
@@ -869,28 +875,24 @@ class History:
                 return items
 
     async def _prune(self, namespace: str, uid: str) -> None:
-        """Keep the CR's newest `limit` revisions. Counted once per CR and process, then only
-        when it may be over the limit by a tenth: a list per change would double the cost."""
-        held = self._held.get(uid)
-        if held is not None:
-            held += 1
-            self._held[uid] = held
-            if held <= self.limit + self.limit // 10:
-                return
-        items = await self._list(namespace, uid)
-        items.sort(key=lambda r: _order(_data(r)))
-        extra = items[: max(0, len(items) - self.limit)]
-        for item in extra:
-            meta = item.get("metadata") or {}
-            try:
-                await self.kube.delete(
-                    REVISIONS, namespace, str(meta.get("name")), uid=str(meta.get("uid", ""))
-                )
-            except KubeError as exc:
-                if exc.status not in (404, 409):
-                    raise
-        if uid not in self._gone:
-            self._held[uid] = len(items) - len(extra)
+        """Keep the CR's newest `limit` changes, whichever replica recorded each: after each
+        revision stored, the CR's revisions are listed (as the API server holds them: at
+        most `limit` and the few recorded meanwhile) and the oldest beyond the bound deleted.
+        A change's spare copy (see `_replace`) counts with it and goes with it."""
+        changes: dict[str, list[Obj]] = {}
+        for item in await self._list(namespace, uid):
+            changes.setdefault(str(_data(item).get("id")), []).append(item)
+        oldest_first = sorted(changes.values(), key=lambda copies: _order(_data(copies[0])))
+        for copies in oldest_first[: max(0, len(oldest_first) - self.limit)]:
+            for item in copies:
+                meta = item.get("metadata") or {}
+                try:
+                    await self.kube.delete(
+                        REVISIONS, namespace, str(meta.get("name")), uid=str(meta.get("uid", ""))
+                    )
+                except KubeError as exc:
+                    if exc.status not in (404, 409):
+                        raise
 
     def _count(self, outcome: str) -> None:
         self.metrics.history_entries.labels(outcome).inc()

@@ -350,7 +350,41 @@ def test_each_cr_keeps_its_newest_revisions() -> None:
             await _settle(replica)
         target = Target.of("a", LLM, _state(18, []))
         assert [e["id"] for e in await replica.read(target)] == ["18", "17", "16"]
-        assert len(_revisions(kube)) <= 3 + 3 // 10 + 1
+        assert len(_revisions(kube)) == 3
+
+    vtime.run(scenario())
+
+
+def test_a_prune_the_api_server_refused_for_a_moment_is_retried() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube, limit=3)
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(10, manager, priority=0))
+        for n in range(1, 5):
+            if n == 4:  # stored, then the list to prune with is refused once
+                kube.error_callback = fail(KubeError(503, "busy"), "list", times=1)
+            replica.observe(PLURAL, GROUP, NAME, _state(10 + n, manager, priority=n))
+            await _settle(replica)
+        assert [e["id"] for e in _revisions(kube)] == ["12", "13", "14"]
+
+    vtime.run(scenario())
+
+
+def test_the_bound_holds_whichever_replica_recorded_each_change() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replicas = [_replica(kube), _replica(kube), _replica(kube)]
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        for replica in replicas:
+            replica.observe(PLURAL, GROUP, NAME, _state(10, manager, priority=0))
+        # Each change reaches one replica first and is recorded by it alone.
+        for n in range(1, 61):
+            replica = replicas[n % 3]
+            replica.observe(PLURAL, GROUP, NAME, _state(10 + n, manager, priority=n % 10))
+            await _settle(replica)
+        # The newest 20, whoever stored them; none older.
+        assert [e["id"] for e in _revisions(kube)] == [str(rv) for rv in range(51, 71)]
 
     vtime.run(scenario())
 

@@ -322,3 +322,42 @@ def test_a_decimal_resource_version_keeps_the_name_stored_revisions_have() -> No
     hashed = revision_name("u1", "48213/x")
     assert hashed != revision_name("u1", "48213/y")
     assert NAME_RULE.fullmatch(hashed)
+
+
+# A reset through slo-api: a merge patch of nulls on the only fields slo-api held, so its
+# managedFields entry goes with them and no manager is stamped: the change names nobody.
+OWNED_BY_SLO_API = _state(10, _managed(CREATED, MINE), priority=1, ttft=TTFT)
+RESET = _state(11, _managed(CREATED), priority=1)
+
+
+def test_a_reset_another_replica_recorded_first_as_unknown_is_the_caller_s() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        writing, other = _replica(kube), _replica(kube)
+        for replica in (writing, other):
+            replica.observe(PLURAL, GROUP, NAME, OWNED_BY_SLO_API)
+        _write(writing, RESET, OWNED_BY_SLO_API)
+        other.observe(PLURAL, GROUP, NAME, RESET)  # its event reaches the other replica first
+        await _settle(other)
+        writing.observe(PLURAL, GROUP, NAME, RESET)
+        await _settle(writing)
+        (entry,) = _revisions(kube)
+        assert _by(entry) == ("alice", "slo-api", "own-1", None)
+        assert entry["changes"] == [{"field": "ttft", "from": TTFT, "to": None}]
+
+    vtime.run(scenario())
+
+
+def test_a_reset_whose_event_comes_before_its_answer_is_the_caller_s() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        writing, other = _replica(kube), _replica(kube)
+        for replica in (writing, other):
+            replica.observe(PLURAL, GROUP, NAME, OWNED_BY_SLO_API)
+            replica.observe(PLURAL, GROUP, NAME, RESET)  # on the writer, before the answer
+        _write(writing, RESET, OWNED_BY_SLO_API)
+        await _settle(writing, other)
+        (entry,) = _revisions(kube)
+        assert _by(entry) == ("alice", "slo-api", "own-1", None)
+
+    vtime.run(scenario())

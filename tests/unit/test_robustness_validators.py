@@ -193,11 +193,47 @@ def test_a_late_placeholder_for_a_deleted_cr_is_not_held_against_slo_api() -> No
 
 def test_the_retention_bound_is_checked() -> None:
     b = clean()
-    b.recording.meta.settings["history_entries"] = 2
-    for priority in range(1, 6):
+    b.recording.meta.settings["history_entries"] = 5  # chat has 4 revisions by now
+    b.tick(60)  # long after the fault: every replica prunes what it stores
+    for priority in range(1, 3):
         b.put("chat", {"priority": priority})
     found = caught(b, "history")
-    assert "revisions kept, the bound is 2" in found[0].message
+    # One over the bound is caught, whoever stored it.
+    assert "6 revisions kept, the bound is 5" in found[0].message
+
+
+def test_one_over_the_bound_stored_as_a_replica_stopped_is_not_held_against_slo_api() -> None:
+    b = clean()
+    b.recording.meta.settings["history_entries"] = 5
+    b.tick(60)
+    b.put("chat", {"priority": 1})
+    b.fault("kill", "a")
+    b.put("chat", {"priority": 2})  # stored, and its replica may have stopped before pruning
+    assert validate(b.finish()) == []
+
+
+def test_a_replacement_copied_aside_first_is_kept_with_its_writer() -> None:
+    b = clean()
+    write = b.put("chat", {"priority": 6})
+    [entry] = [
+        t for t in _revisions(b) if t.object["data"]["id"] == str(write.header("ETag")).strip('"')
+    ]
+    placeholder = copy.deepcopy(entry.object)
+    placeholder["data"].update(actor="unknown", via="slo-api", clientRequestId=None)
+    spare = copy.deepcopy(entry.object)
+    spare["metadata"]["name"] += ".spare"
+    b.recording.truth.remove(entry)
+    # As slo-api replaces a placeholder: a copy aside, the placeholder out, the revision in,
+    # the copy out.
+    for event, obj in [
+        ("ADDED", placeholder),
+        ("ADDED", spare),
+        ("DELETED", placeholder),
+        ("ADDED", entry.object),
+        ("DELETED", spare),
+    ]:
+        b.recording.add(Truth(b.tick(), "routerevisions", event, obj))
+    assert validate(b.finish()) == []
 
 
 def test_a_change_across_a_gap_in_the_harness_watch_is_not_held_against_slo_api() -> None:
@@ -464,3 +500,14 @@ def test_the_ground_truth_indexes_each_cr_by_uid() -> None:
     b.create("chat", "llm", "a")
     ground = build(b.recording)
     assert len([uid for uid, h in ground.states.items() if h[0].route == "chat"]) == 2
+
+
+def test_a_write_that_changed_nothing_is_not_taken_for_the_writer_of_a_placeholder() -> None:
+    b = clean()
+    # A write through slo-api whose replica was killed before it answered: recorded by the
+    # others as `unknown` via slo-api; then a write conditional on that version changed nothing.
+    lost = b.change("chat", {"priority": 2}, manager="slo-api")
+    b.recording.requests.remove(lost)
+    _revisions(b)[-1].object["data"].update(actor="unknown", via="slo-api")
+    b.put("chat", {"priority": 2}, noop=True, if_match=f'"{b.rv}"')
+    assert validate(b.finish()) == []
