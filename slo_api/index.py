@@ -34,6 +34,22 @@ Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
 # What one informer follows: (plural, API group, namespace or "" for every namespace).
 Source = tuple[str, str, str]
+
+
+def reach(
+    positions: dict[Source, int], firsts: dict[Source, int], source: Source, rv: str | None
+) -> None:
+    """Note that an informer (`source`) reached `rv`: the first position it reached and its
+    newest. Only the API server's decimal resourceVersions are positions (`isdigit` would
+    admit "¹", which int() refuses)."""
+    if not rv or not (rv.isascii() and rv.isdecimal()):
+        return
+    value = int(rv)
+    firsts.setdefault(source, value)
+    if value > positions.get(source, -1):
+        positions[source] = value
+
+
 # Told of every state of a CR the informers observe, and of none a write's answer brings:
 # (plural, API group, name, the object as received (managedFields and all), or a relist's
 # entry, or None: gone). A relist tells every CR it listed, and every one it found gone.
@@ -314,13 +330,7 @@ class CRIndex:
 
     def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
         """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
-        if not rv or not rv.isdigit():
-            return
-        source = (plural, group, namespace or "")
-        value = int(rv)
-        self.first_positions.setdefault(source, value)
-        if value > self.positions.get(source, -1):
-            self.positions[source] = value
+        reach(self.positions, self.first_positions, (plural, group, namespace or ""), rv)
 
     def _source(self, plural: str, group: str, namespace: str) -> Source:
         scoped = (plural, group, namespace)

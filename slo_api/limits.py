@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slo_api.errors import ApiError
-from slo_api.index import Source, rv_number
+from slo_api.index import Source, reach, rv_number
 from slo_api.kube import Resource
 
 log = logging.getLogger("slo_api.limits")
@@ -375,13 +375,7 @@ class Limits:
 
     def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
         """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
-        if not rv or not rv.isdigit():
-            return
-        source = (plural, group, namespace or "")
-        value = int(rv)
-        self.first_positions.setdefault(source, value)
-        if value > self.positions.get(source, -1):
-            self.positions[source] = value
+        reach(self.positions, self.first_positions, (plural, group, namespace or ""), rv)
 
     def _source(self, plural: str, group: str | None, namespace: str) -> Source:
         scoped = (plural, group or "", namespace)
