@@ -1016,3 +1016,26 @@ async def test_a_quiet_limits_informer_behind_another_replicas_floor_still_resum
         c.open("full", None, cut_at)
     for r in (on_a, on_b, resumed):
         await r.stop()
+
+
+async def test_a_resume_on_a_replica_whose_own_write_came_before_its_informers_events() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=10)], 10)
+    on_a, on_b = await reader(a), await reader(b)
+    # b's own write is stored from its answer while b's informer is still behind (a watch
+    # being resumed): b records it before the older events that follow.
+    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=9)}
+    assert b.index.write_through(LLM, answer)
+    event(both, cr("a", "y", "code", rv=11, priority=2))
+    event(both, cr("a", "y", "code", rv=12, priority=3))
+    await on_a.settle()
+    assert on_a.changes()[-2:] == [("MODIFIED", "code"), ("MODIFIED", "code")]
+    cut_at = on_a.events[-1]["revision"]
+    resumed = await reader(b, since=cut_at)
+    # The client has code's priority 3 already: only b's write, which it has not seen, and
+    # never code's older priority 2 after it.
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    assert resumed.events[0]["object"]["priority"] == 9
+    for r in (on_a, on_b, resumed):
+        await r.stop()
