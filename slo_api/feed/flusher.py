@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 
 from slo_api.feed.history import ChangeLog, History, reached_by
 from slo_api.feed.registry import Stream
-from slo_api.index import Source
 from slo_api.service import Allowed
 
 # Most bytes per write: what a stream holds beyond the history's shared bytes is one write.
@@ -37,9 +36,7 @@ MAX_SPACING_SECONDS = 0.5
 # The loop thread's own CPU: on a busy node, time the process waited for a core is no cost
 # of the flush's (and must not space the next one).
 clock = time.thread_time
-BatchKey = tuple[
-    int, int, int, str | None, bool, Allowed | None, tuple[tuple[Source, int], ...] | None
-]
+BatchKey = tuple[int, int, int, str | None, bool, Allowed | None]
 Deliver = Callable[[Iterable[Stream]], None]
 
 
@@ -58,8 +55,7 @@ class Flusher:
         self._timer: asyncio.TimerHandle | None = None
         self._passing = False  # a flush is writing its slices
         self._pass_seconds = 0.0  # how long the last flush's slices took in all
-        # By (history, cursor, newest sequence, kind, format, access, what a stream resumed
-        # from another process skips): level streams share.
+        # By (history, cursor, newest sequence, kind, format, access): level streams share.
         self._batches: dict[BatchKey, tuple[bytes, int, int]] = {}
         log.listeners.append(self.changed)
 
@@ -128,36 +124,37 @@ class Flusher:
         """The next bytes for a stream after its cursor, their event count, and the sequence
         they bring it to (the newest one when they are all it was missing)."""
         history, reached = stream.history, stream.reached
-        # A stream resumed from another process's revision skips what that revision had seen.
-        skip = None if reached is None else tuple(sorted(reached.items()))
-        caught_up = reached is not None and self.log.caught_up(reached)
-        key = (
-            id(history),
-            stream.cursor,
-            self.log.seq,
-            stream.kind,
-            stream.sse,
-            stream.allowed,
-            skip,
-        )
+        if reached is not None:
+            # Resumed from another process's revision: its own batches (see _build) till it
+            # reads to the end once nothing recorded from then on can be what it had.
+            caught_up = self.log.caught_up(reached)
+            built = self._build(stream)
+            if caught_up and built[2] == self.log.seq:
+                stream.reached = None
+                stream.resent = set()
+            return built
+        key = (id(history), stream.cursor, self.log.seq, stream.kind, stream.sse, stream.allowed)
         found = self._batches.get(key)
         if found is None:
             found = self._build(stream)
             if len(self._batches) >= BATCHES:
                 self._batches.clear()
             self._batches[key] = found
-        if caught_up and found[2] == self.log.seq:
-            # Read to the end, and nothing recorded from now on can be what it had: level with
-            # the log, it shares the other streams' batches again.
-            stream.reached = None
         return found
 
     def _build(self, stream: Stream) -> tuple[bytes, int, int]:
         changes, upto, complete = stream.history.after(stream.cursor, WRITE_BYTES)
         reached = stream.reached
         if reached is not None:
-            # Resumed from another process: not what its revision had seen (ChangeLog.parse).
-            changes = [change for change in changes if not reached_by(change, reached)]
+            # Not what its revision had seen (ChangeLog.parse), unless it was sent a later
+            # item of that route already.
+            resent = stream.resent
+            kept = []
+            for change in changes:
+                if change.route in resent or not reached_by(change, reached):
+                    resent.add(change.route)
+                    kept.append(change)
+            changes = kept
         position: Callable[[int], bytes] = self.log.position
         kind, allowed, sse = stream.kind, stream.allowed, stream.sse
         # Static tokens (allowed None) see every `pool`: nothing to choose per change.

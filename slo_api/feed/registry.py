@@ -87,6 +87,7 @@ class Stream:
         "places",
         "pump",
         "reached",
+        "resent",
         "retired",
         "serving",
         "sse",
@@ -124,7 +125,10 @@ class Stream:
         self.bookmarks = 0
         # Resumed from another process's revision: the versions it had reached per informer,
         # whose changes it is not sent again (see ChangeLog.parse); None once none can follow.
+        # And the routes it was sent a change of since: their later changes are this process's
+        # later items (they may show what the revision had reached with what it had not).
         self.reached: dict[Source, int] | None = None
+        self.resent: set[str] = set()
         # Why the server ended it: (code, message); None while it runs.
         self.ended: tuple[str, str] | None = None
         self.gone = False  # the client went away

@@ -1039,3 +1039,28 @@ async def test_a_resume_on_a_replica_whose_own_write_came_before_its_informers_e
     assert resumed.events[0]["object"]["priority"] == 9
     for r in (on_a, on_b, resumed):
         await r.stop()
+
+
+async def test_a_resume_after_a_write_ahead_of_the_watches_ends_at_the_replicas_latest_item() -> (
+    None
+):
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        feed.service.limits.reached("slolimits", GROUP, None, "5")
+        feed.service.limits.clear("slolimits", GROUP)
+    listed(both, [cr("a", "x", "chat", rv=10, priority=7)], 10)
+    on_a, on_b = await reader(a, "full"), await reader(b, "full")
+    # b records its own write (without limits yet), then the limits change the client has
+    # already seen on a: that change is b's only item with both.
+    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=8)}
+    assert b.index.write_through(LLM, answer)
+    limits_event(both, default_limits("a", 11, maxPriority=9))
+    await on_a.settle()
+    cut_at = on_a.events[-1]["revision"]
+    resumed = await reader(b, "full", since=cut_at)
+    last = resumed.events[-1] if resumed.events[-1]["type"] != "BOOKMARK" else resumed.events[-2]
+    assert last["object"]["priority"] == 8
+    assert last["object"]["limits"] == {"maxPriority": 9}
+    for r in (on_a, on_b, resumed):
+        await r.stop()
