@@ -172,8 +172,9 @@ class Feed:
             history = self.log.history(view, None)
         else:
             history = self.log.history(view, kind)
-        cursor = self.log.seq if since is None else self.log.parse(since, history)
+        cursor, reached = (self.log.seq, None) if since is None else self.log.parse(since, history)
         stream = Stream(history, kind, sse, cursor, access, allowed, initial=since is None)
+        stream.reached = reached
         stream.bookmarks = self.flusher.round
         self.registry.add(stream)
         self.metrics.watchers.set(len(self.registry))

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 
-from slo_api.feed.history import ChangeLog, History
+from slo_api.feed.history import ChangeLog, History, reached_by
 from slo_api.feed.registry import Stream
 from slo_api.service import Allowed
 
@@ -123,7 +123,16 @@ class Flusher:
     def batch(self, stream: Stream) -> tuple[bytes, int, int]:
         """The next bytes for a stream after its cursor, their event count, and the sequence
         they bring it to (the newest one when they are all it was missing)."""
-        history = stream.history
+        history, reached = stream.history, stream.reached
+        if reached is not None:
+            # Resumed from another process's revision: its own batches (see _build) till it
+            # reads to the end once nothing recorded from then on can be what it had.
+            caught_up = self.log.caught_up(reached)
+            built = self._build(stream)
+            if caught_up and built[2] == self.log.seq:
+                stream.reached = None
+                stream.resent = set()
+            return built
         key = (id(history), stream.cursor, self.log.seq, stream.kind, stream.sse, stream.allowed)
         found = self._batches.get(key)
         if found is None:
@@ -135,6 +144,17 @@ class Flusher:
 
     def _build(self, stream: Stream) -> tuple[bytes, int, int]:
         changes, upto, complete = stream.history.after(stream.cursor, WRITE_BYTES)
+        reached = stream.reached
+        if reached is not None:
+            # Not what its revision had seen (ChangeLog.parse), unless it was sent a later
+            # item of that route already.
+            resent = stream.resent
+            kept = []
+            for change in changes:
+                if change.route in resent or not reached_by(change, reached):
+                    resent.add(change.route)
+                    kept.append(change)
+            changes = kept
         position: Callable[[int], bytes] = self.log.position
         kind, allowed, sse = stream.kind, stream.allowed, stream.sse
         # Static tokens (allowed None) see every `pool`: nothing to choose per change.

@@ -331,8 +331,15 @@ class ChangeLog:
             source: (values[i], held[i] - 1 if held[i] else None) for i, source in enumerate(mine)
         }
 
-    def parse(self, revision: str, history: History) -> int:
-        """The sequence a resume in `history` may start after, or Expired."""
+    def parse(self, revision: str, history: History) -> tuple[int, dict[Source, int] | None]:
+        """The sequence a resume in `history` may start after, and for a revision from
+        another process the version it reached per informer (`reached`), or Expired.
+
+        The history is in the order this process recorded its changes, not in versions: its
+        own write is recorded from its answer, which may be ahead of its informers, before the
+        older events they then bring. So a resume starts before the first change the revision
+        had not reached and sends, after it, only the changes it had not reached either.
+        """
         remote = self._remote(revision)
         if remote is None:
             seq = self.sequence(revision)
@@ -340,7 +347,7 @@ class ChangeLog:
                 raise Expired(f"revision {revision!r} is not from this server process")
             if seq < history.floor:
                 raise Expired(f"revision {revision!r} is older than the history kept")
-            return seq
+            return seq, None
         limits = self.service.limits
         first = {**self.index.first_positions, **limits.first_positions}
         lists = {**self.index.first_lists, **limits.first_lists}
@@ -359,9 +366,17 @@ class ChangeLog:
                     raise Expired(f"revision {revision!r} is older than the history kept")
                 reached[source] = first[source]
         for change in history.live():
-            if change.rv > reached.get(change.source, -1):
-                return change.seq - 1
-        return self.seq
+            if not reached_by(change, reached):
+                return change.seq - 1, reached
+        return self.seq, reached
+
+    def caught_up(self, reached: dict[Source, int]) -> bool:
+        """Whether every change recorded from now on is past `reached` (the informers have
+        gone past it, and nothing they applied waits to be recorded)."""
+        if self._pending:
+            return False
+        now = self.versions_reached()
+        return all(now.get(source, -1) >= version for source, version in reached.items())
 
     # -- following -------------------------------------------------------------------------
 
@@ -643,6 +658,12 @@ class ChangeLog:
                 self._dropped_upto = self._mark_seqs[drop - 1]
                 del self._marks[:drop]
                 del self._mark_seqs[:drop]
+
+
+def reached_by(change: Change, reached: dict[Source, int]) -> bool:
+    """Whether a revision that reached these versions had seen `change` (one caused by no
+    informer never was)."""
+    return change.rv <= reached.get(change.source, -1)
 
 
 def _varint(out: bytearray, value: int) -> None:

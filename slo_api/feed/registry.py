@@ -18,6 +18,7 @@ from typing import NamedTuple, Protocol
 from slo_api.errors import ApiError
 from slo_api.feed.history import History
 from slo_api.feed.pump import Pump, Write
+from slo_api.index import Source
 from slo_api.service import Allowed
 
 Place = tuple[str, str, str]  # (kind name, namespace, API group): where access is asked about
@@ -85,6 +86,8 @@ class Stream:
         "kind",
         "places",
         "pump",
+        "reached",
+        "resent",
         "retired",
         "serving",
         "sse",
@@ -120,6 +123,12 @@ class Stream:
         self.cursor = cursor
         self.written: int | None = None if initial else cursor
         self.bookmarks = 0
+        # Resumed from another process's revision: the versions it had reached per informer,
+        # whose changes it is not sent again (see ChangeLog.parse); None once none can follow.
+        # And the routes it was sent a change of since: their later changes are this process's
+        # later items (they may show what the revision had reached with what it had not).
+        self.reached: dict[Source, int] | None = None
+        self.resent: set[str] = set()
         # Why the server ended it: (code, message); None while it runs.
         self.ended: tuple[str, str] | None = None
         self.gone = False  # the client went away

@@ -1016,3 +1016,51 @@ async def test_a_quiet_limits_informer_behind_another_replicas_floor_still_resum
         c.open("full", None, cut_at)
     for r in (on_a, on_b, resumed):
         await r.stop()
+
+
+async def test_a_resume_on_a_replica_whose_own_write_came_before_its_informers_events() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=10)], 10)
+    on_a, on_b = await reader(a), await reader(b)
+    # b's own write is stored from its answer while b's informer is still behind (a watch
+    # being resumed): b records it before the older events that follow.
+    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=9)}
+    assert b.index.write_through(LLM, answer)
+    event(both, cr("a", "y", "code", rv=11, priority=2))
+    event(both, cr("a", "y", "code", rv=12, priority=3))
+    await on_a.settle()
+    assert on_a.changes()[-2:] == [("MODIFIED", "code"), ("MODIFIED", "code")]
+    cut_at = on_a.events[-1]["revision"]
+    resumed = await reader(b, since=cut_at)
+    # The client has code's priority 3 already: only b's write, which it has not seen, and
+    # never code's older priority 2 after it.
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    assert resumed.events[0]["object"]["priority"] == 9
+    for r in (on_a, on_b, resumed):
+        await r.stop()
+
+
+async def test_a_resume_after_a_write_ahead_of_the_watches_ends_at_the_replicas_latest_item() -> (
+    None
+):
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        feed.service.limits.reached("slolimits", GROUP, None, "5")
+        feed.service.limits.clear("slolimits", GROUP)
+    listed(both, [cr("a", "x", "chat", rv=10, priority=7)], 10)
+    on_a, on_b = await reader(a, "full"), await reader(b, "full")
+    # b records its own write (without limits yet), then the limits change the client has
+    # already seen on a: that change is b's only item with both.
+    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=8)}
+    assert b.index.write_through(LLM, answer)
+    limits_event(both, default_limits("a", 11, maxPriority=9))
+    await on_a.settle()
+    cut_at = on_a.events[-1]["revision"]
+    resumed = await reader(b, "full", since=cut_at)
+    last = resumed.events[-1] if resumed.events[-1]["type"] != "BOOKMARK" else resumed.events[-2]
+    assert last["object"]["priority"] == 8
+    assert last["object"]["limits"] == {"maxPriority": 9}
+    for r in (on_a, on_b, resumed):
+        await r.stop()
