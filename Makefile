@@ -126,8 +126,8 @@ soak: venv controlplane
 
 # The robustness harness: seeded random traffic and faults against the real control plane and
 # two slo-api replicas, recorded and validated (docs/development.md). `make robustness-pass`
-# runs the short pass with two fixed seeds (tests/robustness/); it joins `make test` once the
-# defect it still finds (docs/development.md, Track record) is fixed.
+# runs the short pass with two fixed seeds (tests/robustness/); it joins `make test` once it
+# passes repeatedly (docs/development.md, "The CI pass").
 # DURATION seconds of traffic (120), SEED (random, printed); recording and report under
 # .robustness/. NO="kill pause" turns faults off.
 robustness: venv controlplane
