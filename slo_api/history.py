@@ -257,13 +257,17 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _order(entry: Obj) -> tuple[str, int, str]:
-    """Oldest first: by when the change was made (RFC 3339 in UTC, to the second: as text it
-    sorts in time), then, within one second, by the version's text (shorter first: the
-    decimal versions API servers hand out then sort as they were made; others at least
-    always the same way). The version is never read as a number."""
+def _order(entry: Obj) -> tuple[int, str, int, str]:
+    """Oldest first. The decimal versions API servers hand out sort by their digits (shorter
+    first, then as text: the order they were made, with no int()). Any other version sorts
+    after them by when the change was made, then by its text. `time` alone cannot order
+    decimal versions: it comes from different clocks (a manager's managedFields stamp, or the
+    second a replica saw a change no manager stamped), so two changes made within a second
+    of each other could swap."""
     ident = str(entry.get("id", ""))
-    return str(entry.get("time") or ""), len(ident), ident
+    if ident.isascii() and ident.isdecimal():
+        return 0, "", len(ident), ident
+    return 1, str(entry.get("time") or ""), len(ident), ident
 
 
 def _owners_json(owners: Mapping[str, Owner]) -> Obj:

@@ -308,6 +308,10 @@ def test_ids_are_compared_as_the_numbers_they_write_and_no_text_reaches_int(
 ) -> None:
     # Anything at all: an order, never an exception (the read that sorts answers 200).
     assert sorted([_order({"id": text}), _order({"id": "7"})]) is not None
+    # Decimal versions by their digits, whatever the clocks their times came from say.
+    newer = {"id": str(max(a, b) + 1), "time": "2026-01-01T00:00:00Z"}
+    older = {"id": str(max(a, b)), "time": "2026-01-01T00:00:01Z"}
+    assert _order(older) < _order(newer)
     accepted = _decimal(text)
     assert accepted is None or (re.fullmatch(r"0|[1-9][0-9]{0,19}", text) and accepted == text)
     # resourceVersions as etcd writes them: compared without int(), as int() would.
