@@ -19,7 +19,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from controlplane.admin import load_yaml_dir
+from controlplane.admin import AdminError, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
 from controlplane.demo import start_service, wait_ready
 from controlplane.server import free_port
@@ -316,7 +316,9 @@ class Run:
         crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
         admin.apply_all(crds)
         admin.wait_crds(crds)
-        admin.apply_all(o for o in objs if o not in crds)
+        # The policy names SLOLimits as its parameter kind, which the API server may not
+        # serve yet this soon after its CRD: applied again until it takes.
+        _until(lambda: bool(admin.apply_all(o for o in objs if o not in crds)), "the policy")
         for namespace in (*NAMESPACES, PEOPLE):
             admin.ensure_namespace(namespace)
         for name, (role, namespace) in ACCOUNTS.items():
@@ -349,10 +351,29 @@ class Run:
                 "spec": CAPS,
             }
         )
+        _until(self._capped, "the guardrails in force")
         plane = self.cluster.plane
         context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
         context.load_cert_chain(str(plane.pki.admin_cert), str(plane.pki.admin_key))
         self.kube = httpx.AsyncClient(base_url=plane.url, verify=context, timeout=30)
+
+    def _capped(self) -> bool:
+        """Whether the policy refuses a CR beyond team-a's caps (a dry run): the traffic must
+        not start before, or its writes would be judged by caps not yet in force."""
+        admin = self.cluster.admin
+        assert admin is not None
+        probe = self._spec_obj(NAMESPACES[0], "llm", "probe")
+        probe["spec"]["priority"] = CAPS["maxPriority"] + 1
+        try:
+            admin.request(
+                "POST",
+                admin.path(SLO, probe["kind"], NAMESPACES[0]),
+                probe,
+                params={"dryRun": "All"},
+            )
+        except AdminError as exc:
+            return exc.status == 422 and "slo-limits" in str(exc)
+        return False
 
     def create_crs(self) -> None:
         admin = self.cluster.admin
@@ -379,16 +400,20 @@ class Run:
         self.world.crs["pool-team-a"] = pool
 
     @staticmethod
-    def _create(admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
+    def _spec_obj(namespace: str, kind: str, route: str) -> Obj:
         spec: Obj = {"serviceId": route, "priority": 1, "minimumDeployment": {"value": 1}}
         if kind == "job":
             spec["queue"] = {"maxDepth": 10, "promql": "sum(q)"}
-        obj: Obj = {
+        return {
             "apiVersion": SLO,
             "kind": KINDS[kind][0],
             "metadata": {"name": route, "namespace": namespace},
             "spec": spec,
         }
+
+    @classmethod
+    def _create(cls, admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
+        obj = cls._spec_obj(namespace, kind, route)
         if marker == "argo":
             obj["metadata"]["annotations"] = ARGO
             admin.apply(obj, field_manager="argocd-controller")
@@ -931,6 +956,22 @@ class Run:
         if violations:
             print("replay: " + shlex.join(self.command))
         return 1 if violations else 0
+
+
+def _until(done: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    """Wait for `done` (an API-server error meanwhile counts as not yet)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if done():
+                return
+        except AdminError as exc:
+            if time.monotonic() > deadline:
+                raise
+            print(f"waiting for {what}: {exc}", file=sys.stderr)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
+        time.sleep(0.5)
 
 
 async def ndjson(lines: AsyncIterator[str]) -> AsyncIterator[Obj]:
