@@ -192,7 +192,8 @@ class Runtime:
     def not_ready_reason(self) -> str | None:
         if self.shutting_down:
             return "shutting down"
-        waiting = [i.kind.name for i in (*self.informers, *self.limit_informers) if not i.synced]
+        waiting = [i.kind.name for i in self.informers if not i.synced]
+        waiting += [i.kind.name for i in self.limit_informers if not i.synced]
         if waiting:
             return f"index not synced yet: {', '.join(waiting)}"
         return None
