@@ -29,7 +29,7 @@ import yaml
 
 from controlplane.admin import AdminError, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
-from controlplane.demo import start_service, wait_ready
+from controlplane.demo import start_service
 from controlplane.server import free_port
 from robustness.faults import FAULTS, NETWORK, Schedule
 from robustness.recording import (
@@ -46,6 +46,7 @@ from robustness.recording import (
 )
 from robustness.toxiproxy import Toxiproxy
 from robustness.validators import Violation, report, validate
+from robustness.validators.state import READY, STARTING
 
 TOKEN = "robustness-write-token-0123456789"  # noqa: S105 - the local run's own
 SLO = "inference.modelsphere.dev/v1alpha1"
@@ -454,9 +455,19 @@ class Run:
                 },
             )
 
-    def wait_replica(self, replica: Replica) -> None:
-        assert replica.proc is not None
-        wait_ready(replica.url, replica.proc, 120)
+    async def wait_replica(self, replica: Replica, seconds: float = 120) -> None:
+        """Poll its /readyz until 200 (phase `starting`), then read the view it serves at once
+        (phase `ready`): the readiness validator holds that view to the truth."""
+        proc = replica.proc
+        assert proc is not None
+        deadline = time.monotonic() + seconds
+        while (await self.slo(replica, "GET", "/readyz", phase=STARTING)).status != 200:
+            if proc.poll() is not None:
+                raise RuntimeError(f"replica {replica.name} exited {proc.returncode} starting")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replica {replica.name} not ready within {seconds:.0f} s")
+            await asyncio.sleep(0.25)
+        await self.view(replica, READY)
 
     # -- the ground truth ----------------------------------------------------------------------
 
@@ -572,12 +583,18 @@ class Run:
             await self._limits()
         elif action < 0.68:
             await self._recreate(route)
-        elif action < 0.84:
-            read = await self.slo(replica, "GET", f"/routes/{route}")
+        elif action < 0.8:
+            read = await self.slo(replica, "GET", f"/routes/{route}", identity=self._identity())
             if read.status == 200 and read.header("ETag"):
                 self.world.etags.setdefault(route, []).append(str(read.header("ETag")))
+        elif action < 0.88:
+            identity = self._identity()
+            await self.slo(replica, "GET", f"/routes/{route}/history", identity=identity)
         else:
-            await self.slo(replica, "GET", f"/routes/{route}/history")
+            view = self.random.choice(["summary", "full"])
+            page = self.random.randint(1, 2)
+            path = f"/config?view={view}&page={page}&pageSize={self.options.routes * 2}"
+            await self.slo(replica, "GET", path, identity=self._identity())
 
     async def _put(self, replica: Replica, route: str, identity: str) -> None:
         r = self.random
@@ -833,7 +850,7 @@ class Run:
                 detail = f"exited {code}"
             await asyncio.sleep(r.uniform(1, 4))
             self.start_replica(replica)
-            await asyncio.to_thread(self.wait_replica, replica)
+            await self.wait_replica(replica)
         elif name == "pause":
             seconds = r.uniform(2, 6)
             detail = f"{seconds:.1f} s"
@@ -867,23 +884,24 @@ class Run:
         replica = Replica("c", free_port(), self.folder / "slo-api-c.log")
         self.joining = replica
         self.start_replica(replica)
-        await asyncio.to_thread(self.wait_replica, replica)
+        await self.wait_replica(replica)
         self.replicas.append(replica)
+
+    async def view(self, replica: Replica, phase: str) -> None:
+        """Every page of the replica's `/config?view=full`."""
+        page = 1
+        while True:
+            read = await self.slo(
+                replica, "GET", f"/config?view=full&page={page}&pageSize=200", phase=phase
+            )
+            body = read.response_body if isinstance(read.response_body, dict) else {}
+            if page * 200 >= int(body.get("total", 0)):
+                break
+            page += 1
 
     async def final_views(self) -> None:
         for replica in self.replicas:
-            page = 1
-            while True:
-                read = await self.slo(
-                    replica,
-                    "GET",
-                    f"/config?view=full&page={page}&pageSize=200",
-                    phase="final",
-                )
-                body = read.response_body if isinstance(read.response_body, dict) else {}
-                if page * 200 >= int(body.get("total", 0)):
-                    break
-                page += 1
+            await self.view(replica, "final")
             # Each route's ETag: the resourceVersion the replica's index holds.
             for route in sorted(self.world.crs):
                 await self.slo(replica, "GET", f"/routes/{route}", phase="final")
@@ -930,7 +948,7 @@ class Run:
             for replica in self.replicas:
                 self.start_replica(replica)
             for replica in self.replicas:
-                await asyncio.to_thread(self.wait_replica, replica)
+                await self.wait_replica(replica)
             await self.traffic()
         finally:
             self.recorder.close()
