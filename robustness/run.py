@@ -50,16 +50,28 @@ from robustness.validators.state import READY, STARTING
 
 TOKEN = "robustness-write-token-0123456789"  # noqa: S105 - the local run's own
 SLO = "inference.modelsphere.dev/v1alpha1"
+# The SLO kinds' older API group, served beside the new one (a cluster mid-migration): some
+# CRs live only there.
+OLD_GROUP = "inference.x-k8s.io"
+OLD_SLO = f"{OLD_GROUP}/v1alpha1"
 POOL = "inference.llmkube.dev/v1alpha1"
 NAMESPACES = ("team-a", "team-b")
 CAPS = {"maxPriority": 8, "maxReplicas": 6}
 
+# What the ground truth watches: its name in the recording -> the collection's path.
 WATCHED = {
-    "llmslorequirements": f"/apis/{SLO}",
-    "jobslorequirements": f"/apis/{SLO}",
-    "modelpools": f"/apis/{POOL}",
-    "routerevisions": "/apis/slo-api.modelsphere.dev/v1alpha1",
-    "slolimits": f"/apis/{SLO}",
+    "llmslorequirements": f"/apis/{SLO}/llmslorequirements",
+    "jobslorequirements": f"/apis/{SLO}/jobslorequirements",
+    f"llmslorequirements.{OLD_GROUP}": f"/apis/{OLD_SLO}/llmslorequirements",
+    f"jobslorequirements.{OLD_GROUP}": f"/apis/{OLD_SLO}/jobslorequirements",
+    "modelpools": f"/apis/{POOL}/modelpools",
+    "routerevisions": "/apis/slo-api.modelsphere.dev/v1alpha1/routerevisions",
+    "slolimits": f"/apis/{SLO}/slolimits",
+}
+# The recording's names for the older group's resources, to the kinds the validators know.
+OLD_RESOURCES = {
+    f"llmslorequirements.{OLD_GROUP}": "llm",
+    f"jobslorequirements.{OLD_GROUP}": "job",
 }
 KINDS = {
     "llm": ("LLMSLORequirement", "llmslorequirements"),
@@ -314,7 +326,7 @@ class Run:
         admin = self.cluster.admin
         assert admin is not None
         objs = load_yaml_dir(CONFIG / "guardrails")
-        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"] + _old_crds()
         admin.apply_all(crds)
         admin.wait_crds(crds)
         # The policy names SLOLimits as its parameter kind, which the API server may not
@@ -386,6 +398,9 @@ class Run:
                     marker = "argo" if kind == "llm" and i == 0 else ""
                     marker = "flux" if kind == "job" and i == 0 else marker
                     self.world.crs[route] = self._create(admin, namespace, kind, route, marker)
+            # A CR only the older API group holds.
+            route = f"llm-{namespace}-old"
+            self.world.crs[route] = self._create(admin, namespace, "llm", route, "", OLD_SLO)
         members = [r for r, o in self.world.crs.items() if o["metadata"]["namespace"] == "team-a"]
         pool = {
             "apiVersion": POOL,
@@ -401,20 +416,22 @@ class Run:
         self.world.crs["pool-team-a"] = pool
 
     @staticmethod
-    def _spec_obj(namespace: str, kind: str, route: str) -> Obj:
+    def _spec_obj(namespace: str, kind: str, route: str, api_version: str = SLO) -> Obj:
         spec: Obj = {"serviceId": route, "priority": 1, "minimumDeployment": {"value": 1}}
         if kind == "job":
             spec["queue"] = {"maxDepth": 10, "promql": "sum(q)"}
         return {
-            "apiVersion": SLO,
+            "apiVersion": api_version,
             "kind": KINDS[kind][0],
             "metadata": {"name": route, "namespace": namespace},
             "spec": spec,
         }
 
     @classmethod
-    def _create(cls, admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
-        obj = cls._spec_obj(namespace, kind, route)
+    def _create(
+        cls, admin: Any, namespace: str, kind: str, route: str, marker: str, api_version: str = SLO
+    ) -> Obj:
+        obj = cls._spec_obj(namespace, kind, route, api_version)
         if marker == "argo":
             obj["metadata"]["annotations"] = ARGO
             admin.apply(obj, field_manager="argocd-controller")
@@ -473,7 +490,7 @@ class Run:
 
     async def truth(self, plural: str) -> None:
         assert self.kube is not None
-        base = f"{WATCHED[plural]}/{plural}"
+        base = WATCHED[plural]
         known: dict[str, Obj] = {}
         first = True
         while True:
@@ -622,7 +639,7 @@ class Run:
             if cr["kind"] == "ModelPool"
             else KINDS["llm" if cr["kind"] == "LLMSLORequirement" else "job"][1]
         )
-        version = POOL if cr["kind"] == "ModelPool" else SLO
+        version = cr["apiVersion"]
         return f"/apis/{version}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
 
     async def _patch_around(self, route: str) -> None:
@@ -939,6 +956,7 @@ class Run:
                     "history_entries": HISTORY_ENTRIES,
                     "settle_seconds": SETTLE_SECONDS,
                     "faults": list(self.options.faults),
+                    "resources": OLD_RESOURCES,
                 },
             )
         )
@@ -974,6 +992,19 @@ class Run:
         if violations:
             print("replay: " + shlex.join(self.command))
         return 1 if violations else 0
+
+
+def _old_crds() -> list[Obj]:
+    """config/crd's SLO CRDs, served under the older API group too."""
+    moved = []
+    for crd in load_yaml_dir(CONFIG / "crd"):
+        if crd["spec"]["group"] != SLO.split("/")[0]:
+            continue
+        crd = json.loads(json.dumps(crd))
+        crd["spec"]["group"] = OLD_GROUP
+        crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{OLD_GROUP}"
+        moved.append(crd)
+    return moved
 
 
 def _until(done: Callable[[], bool], what: str, seconds: float = 60) -> None:
