@@ -18,6 +18,7 @@ from robustness.recording import GAP, Obj, Recording, Request
 RESOURCES = {"llmslorequirements": "llm", "jobslorequirements": "job", "modelpools": "pool"}
 REVISIONS = "routerevisions"
 LIMITS = "slolimits"
+ACROSS_RELIST = "slo-api.modelsphere.dev/across-relist"
 OWNED: dict[str, tuple[str, ...]] = {
     "llm": ("priority", "minimumDeployment", "maximumDeployment", "ttft", "otps"),
     "job": ("priority", "minimumDeployment", "maximumDeployment", "queue"),
@@ -194,6 +195,8 @@ class Revision:
     # The objects holding it: a revision replacing a placeholder is first copied aside under
     # a name of its own (slo_api/history/revisions.py), so it is gone only once every copy is.
     names: set[str] = field(default_factory=set)
+    # Made across a relist's gap (the annotation slo-api gives it).
+    across: bool = False
 
 
 @dataclass(slots=True)
@@ -231,6 +234,12 @@ class Ground:
 def _managers(obj: Obj) -> list[Obj]:
     found = obj.get("managers")
     return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
+
+
+def _across(meta: Obj) -> bool:
+    """Whether slo-api made the revision across a relist's gap (docs/api.md: one made from
+    consecutive states replaces it)."""
+    return (meta.get("annotations") or {}).get(ACROSS_RELIST) == "true"
 
 
 def _placeholder(entry: Obj) -> bool:
@@ -272,10 +281,16 @@ def build(recording: Recording) -> Ground:
                 truth.revisions[key] = Revision(
                     uid, int(ident), entry or {}, record.time, namespace, names={name}
                 )
+                truth.revisions[key].across = _across(meta)
             else:
                 held.names.add(name)
-                if _placeholder(held.data) and not _placeholder(entry or {}):
-                    held.data = entry or {}  # as slo-api reads it: the writer's over `unknown`
+                across = _across(meta)
+                # As slo-api reads it: the writer's over `unknown`, and one made from
+                # consecutive states over one made across a relist's gap.
+                if (_placeholder(held.data) and not _placeholder(entry or {})) or (
+                    held.across and not across
+                ):
+                    held.data, held.across = entry or {}, across
             continue
         if record.resource == LIMITS:
             if meta.get("name") == "default":

@@ -236,6 +236,35 @@ def test_a_replacement_copied_aside_first_is_kept_with_its_writer() -> None:
     assert validate(b.finish()) == []
 
 
+def test_a_placeholder_made_across_a_relist_gives_way_to_one_from_consecutive_states() -> None:
+    """As slo-api does (seed 5): a replica whose watch relisted folds two changes into one
+    placeholder; another, which saw them one by one, replaces it with its own placeholder."""
+    b = clean()
+    b.change("chat", {"priority": 1})
+    write = b.put("chat", {"priority": 6})
+    [entry] = [
+        t for t in _revisions(b) if t.object["data"]["id"] == str(write.header("ETag")).strip('"')
+    ]
+    b.recording.truth.remove(entry)
+    precise = copy.deepcopy(entry.object)
+    precise["data"].update(actor="unknown", via="slo-api", clientRequestId=None)
+    folded = copy.deepcopy(precise)
+    folded["data"].update(via="unknown", changes=[{"field": "priority", "from": 5, "to": 6}])
+    folded["metadata"]["annotations"] = {"slo-api.modelsphere.dev/across-relist": "true"}
+    spare = copy.deepcopy(precise)
+    spare["metadata"]["name"] += ".spare"
+    for event, obj in [
+        ("ADDED", folded),
+        ("ADDED", spare),
+        ("DELETED", folded),
+        ("ADDED", precise),
+        ("DELETED", spare),
+    ]:
+        b.recording.add(Truth(b.tick(), "routerevisions", event, obj))
+    b.fault("reset", "a")  # the writer's replica lost its connections right after its write
+    assert validate(b.finish(), ("history",)) == []
+
+
 def test_a_change_across_a_gap_in_the_harness_watch_is_not_held_against_slo_api() -> None:
     b = clean()
     b.recording.add(Truth(b.tick(), "llmslorequirements", GAP))
