@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
@@ -38,8 +39,29 @@ class Server(uvicorn.Server):
         self.app = app
         self.grace_seconds = grace_seconds
         self._draining = False
+        self._received: list[int] = []
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """As uvicorn's: its exit handler on SIGINT and SIGTERM while serving, then each
+        signal raised again, except a SIGTERM, which drained cleanly: a normal stop, so the
+        process exits 0 instead of dying by the signal."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach only the main thread
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+        for received in reversed(self._received):
+            if received != signal.SIGTERM:
+                signal.raise_signal(received)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._received.append(sig)
         runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
             runtime.shutting_down = True
@@ -89,10 +111,6 @@ class Server(uvicorn.Server):
             # in-flight requests to finish.
             runtime.end_streams()
         super().handle_exit(sig, frame)
-        # uvicorn re-raises captured signals after shutdown; a SIGTERM that drained cleanly
-        # is a normal stop, so the process exits 0 instead of dying by the signal.
-        if sig == signal.SIGTERM:
-            self._captured_signals = [s for s in self._captured_signals if s != sig]
 
 
 def main(argv: list[str] | None = None) -> int:

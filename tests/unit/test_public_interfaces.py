@@ -13,6 +13,9 @@ The scan reads every module's syntax tree and flags:
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import textwrap
 from pathlib import Path
 
 import slo_api
@@ -100,10 +103,100 @@ def findings(tree: ast.Module, own: set[str], where: str) -> list[str]:
     return found
 
 
+def _imports(tree: ast.Module) -> dict[str, str]:
+    """The dotted name each imported name of a module stands for."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _library_class(base: ast.expr, imports: dict[str, str]) -> type | None:
+    """The library class a base-class expression names (`uvicorn.Server`), if it is one."""
+    parts: list[str] = []
+    while isinstance(base, ast.Attribute):
+        parts.append(base.attr)
+        base = base.value
+    if not isinstance(base, ast.Name):
+        return None
+    dotted = ".".join([imports.get(base.id, base.id), *reversed(parts)])
+    module, _, name = dotted.rpartition(".")
+    if module.split(".")[0] not in LIBRARIES:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) else None
+
+
+def _private_names_of(cls: type) -> set[str]:
+    """The private names a library class and its library bases define: class attributes and
+    those their methods set on `self`."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] not in LIBRARIES:
+            continue
+        names |= {n for n in vars(klass) if n.startswith("_") and not n.startswith("__")}
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                names.add(node.attr)
+    return names
+
+
+def inherited(tree: ast.Module, where: str) -> list[str]:
+    """A subclass of a library class using a private name of that class through `self`."""
+    found: list[str] = []
+    imports = _imports(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        private: set[str] = set()
+        for base in node.bases:
+            cls = _library_class(base, imports)
+            if cls is not None:
+                private |= _private_names_of(cls)
+        for inner in ast.walk(node):
+            if (
+                isinstance(inner, ast.Attribute)
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id in ("self", "cls")
+                and inner.attr in private
+            ):
+                found.append(
+                    f"{where}:{inner.lineno}: private attribute {inner.attr} of the library "
+                    f"class {node.name} subclasses"
+                )
+    return found
+
+
 def scan(sources: dict[str, str]) -> list[str]:
     trees = {where: ast.parse(text) for where, text in sources.items()}
     own = own_private_names(list(trees.values()))
-    return [f for where, tree in trees.items() for f in findings(tree, own, where)]
+    return [
+        f
+        for where, tree in trees.items()
+        for f in [*findings(tree, own, where), *inherited(tree, where)]
+    ]
 
 
 def package_sources() -> dict[str, str]:
@@ -138,6 +231,16 @@ def connect(api_client):
 """
 CYCLE_IMPORT = "from uvicorn.protocols.http.httptools_impl import RequestResponseCycle\n"
 PRIVATE_IMPORT = "from starlette._utils import is_async_callable\n"
+# A SIGTERM that drained cleanly made to exit 0 by editing uvicorn's list of signals to raise
+# again: a private attribute of the class it subclasses, reached through `self`.
+INHERITED = """
+import uvicorn
+
+
+class Server(uvicorn.Server):
+    def stop(self, sig):
+        self._captured_signals = [s for s in self._captured_signals if s != sig]
+"""
 
 
 def test_the_scan_finds_what_slo_api_once_did_and_what_it_must_not_do() -> None:
@@ -147,6 +250,7 @@ def test_the_scan_finds_what_slo_api_once_did_and_what_it_must_not_do() -> None:
         "kube.py": TRUST_ENV,
         "cycle.py": CYCLE_IMPORT,
         "utils.py": PRIVATE_IMPORT,
+        "server.py": INHERITED,
     }.items():
         found = scan({**sources, f"old/{name}": text})
         assert found, name

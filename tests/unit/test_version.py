@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import signal
 from pathlib import Path
 
 import pytest
+import uvicorn
 import yaml
+from fastapi import FastAPI
 
 import slo_api
 from release import image as images
@@ -63,3 +66,22 @@ def test_the_manifests_name_it() -> None:
 
 def test_the_upgrade_guide_names_it() -> None:
     assert f"**{version()}**" in (REPO / "docs" / "upgrade.md").read_text()
+
+
+def _server(grace: float) -> server.Server:
+    return server.Server(uvicorn.Config(FastAPI()), FastAPI(), grace_seconds=grace)
+
+
+def test_a_sigterm_is_a_clean_stop_and_a_sigint_still_interrupts() -> None:
+    """What `slo-api` exits with: 0 after a SIGTERM it drained (Kubernetes' stop), while a
+    Ctrl-C (SIGINT) is raised again once the server stopped, as uvicorn does."""
+    term = _server(0)
+    with term.capture_signals():
+        signal.raise_signal(signal.SIGTERM)
+    assert term.should_exit
+    interrupt = _server(0)
+    with pytest.raises(KeyboardInterrupt), interrupt.capture_signals():
+        signal.raise_signal(signal.SIGINT)
+    assert interrupt.should_exit
+    # The handlers in place before serving are back.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
