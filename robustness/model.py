@@ -211,6 +211,13 @@ class Ground:
         default_factory=lambda: defaultdict(list)
     )
     gaps: list[float] = field(default_factory=list)
+    # Each gap's span: from when the harness's watch broke (its `since`) to its new list.
+    gap_spans: list[tuple[float, float]] = field(default_factory=list)
+
+    def in_gap(self, start: float, end: float) -> bool:
+        """Whether the harness's watch was broken at some point from `start` to `end` (the
+        states then are not known)."""
+        return any(since <= end and start <= until for since, until in self.gap_spans)
 
     def previous(self, state: State) -> State | None:
         history = self.states[state.uid]
@@ -255,6 +262,9 @@ def build(recording: Recording) -> Ground:
         meta = obj.get("metadata") or {}
         if record.event == GAP:
             truth.gaps.append(record.time)
+            since = obj.get("since")
+            start = float(since) if isinstance(since, int | float) else record.time
+            truth.gap_spans.append((min(start, record.time), record.time))
             gap_pending = set(truth.states)
             continue
         rv_text = str(meta.get("resourceVersion", ""))

@@ -493,13 +493,15 @@ class Run:
         base = WATCHED[plural]
         known: dict[str, Obj] = {}
         first = True
+        broke: float | None = None  # when the watch last broke
         while True:
             try:
                 listed = (await self.kube.get(base)).raise_for_status().json()
                 rv = listed["metadata"]["resourceVersion"]
                 now = time.time()
                 if not first:
-                    self.recorder.write(Truth(now, plural, GAP))
+                    self.recorder.write(Truth(now, plural, GAP, {"since": broke or now}))
+                broke = None
                 seen = set()
                 for item in listed.get("items") or []:
                     uid = item["metadata"]["uid"]
@@ -539,6 +541,7 @@ class Run:
             except asyncio.CancelledError:
                 raise
             except Exception:  # any break of the watch: list again, as informers do
+                broke = broke or time.time()
                 await asyncio.sleep(0.5)
 
     # -- traffic -------------------------------------------------------------------------------

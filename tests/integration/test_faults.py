@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,8 +19,8 @@ import pytest
 
 from controlplane.admin import Admin, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
-from tests.conftest import control_plane
 from tests.integration import crs
+from tests.integration.own import own_control_plane
 from tests.integration.service import RunningService, running
 from tests.integration.tcpproxy import TcpProxy
 
@@ -33,22 +33,7 @@ BINDING = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/slo-api"
 _ids = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with control_plane(tmp_path_factory, "faults") as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def own_admin(own: Cluster) -> Admin:
-    assert own.admin is not None
-    return own.admin
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(own: Cluster) -> Path:
-    assert own.credentials is not None
-    return own.credentials.slo_api_kubeconfig
+own, own_admin, kubeconfig = own_control_plane("faults")
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 
 from controlplane.admin import Admin, AdminError, Obj
 from controlplane.cluster import Cluster, crds
-from tests.conftest import control_plane
 from tests.integration import crs
 from tests.integration.grants import assert_exactly_slo_api_verbs
+from tests.integration.own import own_control_plane
 from tests.integration.process import TOKEN, start_process
 from tests.integration.service import RunningService, running
 from tests.integration.test_watch_stream import Stream, initial, served
@@ -85,11 +85,9 @@ def under(group: str, obj: Obj) -> Obj:
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A control plane of this module's own: its tests delete and install CRDs."""
-    with control_plane(tmp_path_factory, "groups-kubeconfigs") as started:
-        yield started
+# A control plane of this module's own: its tests delete and install CRDs.
+_own = own_control_plane("groups-kubeconfigs", "own_kubeconfig")
+own, own_kubeconfig = _own.cluster, _own.kubeconfig
 
 
 @pytest.fixture
@@ -108,12 +106,6 @@ def ns(own_admin: Admin) -> str:
     name = f"g{os.getpid() % 10000}-{next(_ids)}"
     own_admin.ensure_namespace(name)
     return name
-
-
-@pytest.fixture
-def own_kubeconfig(own: Cluster) -> Path:
-    assert own.credentials is not None
-    return own.credentials.slo_api_kubeconfig
 
 
 def only_old_group(admin: Admin) -> None:

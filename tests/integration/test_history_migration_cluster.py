@@ -11,7 +11,6 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,8 @@ import pytest
 
 from controlplane.admin import Admin, AdminError
 from controlplane.cluster import Cluster
-from tests.conftest import control_plane
 from tests.integration import crs
+from tests.integration.own import own_control_plane
 from tests.integration.service import RunningService, running
 
 pytestmark = pytest.mark.integration
@@ -32,22 +31,7 @@ LABEL = "slo-api.modelsphere.dev/history-of"
 _probes = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with control_plane(tmp_path_factory, "history-migration") as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def own_admin(own: Cluster) -> Admin:
-    assert own.admin is not None
-    return own.admin
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(own: Cluster) -> Path:
-    assert own.credentials is not None
-    return own.credentials.slo_api_kubeconfig
+own, own_admin, kubeconfig = own_control_plane("history-migration")
 
 
 def _entry(n: int, route: str, **extra: Any) -> dict[str, Any]:

@@ -277,6 +277,38 @@ def test_a_change_across_a_gap_in_the_harness_watch_is_not_held_against_slo_api(
 # -- streams -----------------------------------------------------------------------------
 
 
+def test_a_state_the_harness_watch_missed_in_its_gap_is_not_held_against_a_stream() -> None:
+    """Seed 11: the API server restarted; the harness's watch broke then and listed again
+    only when it was back, so a state made meanwhile was never in its truth, though a stream
+    showed it (rightly)."""
+    b = clean()
+    b.tick(60)
+    broke = b.tick()
+    b.put("chat", {"priority": 6})
+    missed = [
+        t for t in b.recording.truth if t.event == "MODIFIED" and t.resource == "llmslorequirements"
+    ][-1]
+    b.recording.truth.remove(missed)
+    b.recording.add(Truth(b.tick(20), "llmslorequirements", GAP, {"since": broke}))
+    b.put("chat", {"priority": 4})
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_state_no_gap_explains_is_still_caught() -> None:
+    b = clean()
+    b.tick(60)
+    b.put("chat", {"priority": 6})
+    missed = [
+        t for t in b.recording.truth if t.event == "MODIFIED" and t.resource == "llmslorequirements"
+    ][-1]
+    b.recording.truth.remove(missed)
+    b.recording.add(Truth(b.tick(20), "llmslorequirements", GAP, {"since": b.now}))
+    b.put("chat", {"priority": 4})
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "never followed" in found[0].message
+
+
 def _lines(b: Builder, watcher: str) -> list[int]:
     return [
         i
