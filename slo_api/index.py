@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from slo_api import heap
+from slo_api import heap, versions
 from slo_api.managed_fields import last_changed, without_managed_fields
 from slo_api.route_names import valid_route
 
@@ -37,14 +37,21 @@ Source = tuple[str, str, str]
 
 
 def reach(
-    positions: dict[Source, int], firsts: dict[Source, int], source: Source, rv: str | None
+    positions: dict[Source, int],
+    firsts: dict[Source, int],
+    source: Source,
+    rv: str | None,
+    opaque: set[Source],
 ) -> None:
     """Note that an informer (`source`) reached `rv`: the first position it reached and its
-    newest. Only the API server's decimal resourceVersions are positions (`isdigit` would
-    admit "¹", which int() refuses)."""
-    if not rv or not (rv.isascii() and rv.isdecimal()):
+    newest. Only resourceVersions KEP-5504 lets a client compare are positions; an informer
+    that meets any other is `opaque` from then on (see slo_api.versions)."""
+    if not rv:
         return
-    value = int(rv)
+    value = versions.number(rv)
+    if value is None:
+        opaque.add(source)
+        return
     firsts.setdefault(source, value)
     if value > positions.get(source, -1):
         positions[source] = value
@@ -87,14 +94,14 @@ def uid_of(obj: Obj) -> str | None:
 
 def rv_number(obj: Obj) -> int | None:
     """The resourceVersion as a number, to tell which of two copies of a CR is newer; None
-    when it is not one (the API server promises only an opaque string)."""
-    value = resource_version(obj)
-    return int(value) if value.isdigit() else None
+    when KEP-5504 does not let it be compared (see slo_api.versions)."""
+    return versions.number(resource_version(obj))
 
 
 def _newer(held: Entry, listed: Entry) -> bool:
     """Whether the held copy of a CR is a later version than the listed one (the same CR, and
-    resourceVersions that compare as integers); when they cannot be compared, it is not."""
+    resourceVersions that compare); when they cannot be compared, it is not: the list, the
+    later arrival, wins."""
     return (
         held.uid == listed.uid
         and held.rv is not None
@@ -298,6 +305,9 @@ class CRIndex:
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
         self.first_positions: dict[Source, int] = {}
+        # Informers that met a resourceVersion KEP-5504 does not let a client compare: where
+        # they are cannot be told to another replica (a change stream's revision).
+        self.opaque: set[Source] = set()
         # Copies held per informer, and, from each informer's first list, the newest object's
         # resourceVersion and how many it listed: a state another replica names at an older
         # version with as many objects, none newer, is the same state (nothing moved since).
@@ -327,7 +337,8 @@ class CRIndex:
 
     def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
         """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
-        reach(self.positions, self.first_positions, (plural, group, namespace or ""), rv)
+        source = (plural, group, namespace or "")
+        reach(self.positions, self.first_positions, source, rv, self.opaque)
 
     def _source(self, plural: str, group: str, namespace: str) -> Source:
         scoped = (plural, group, namespace)

@@ -274,10 +274,12 @@ class Limits:
         # kinds' (slo_api.index.CRIndex): routes show the caps, so a change stream's revision
         # names these versions too. Per informer: the version reached, the first one, the
         # objects that mean something here (name -> resourceVersion: what is counted), and
-        # from its first list the newest of those and how many.
+        # from its first list the newest of those and how many; and the informers that met a
+        # resourceVersion that does not compare (see CRIndex.opaque).
         self.positions: dict[Source, int] = {}
         self.first_positions: dict[Source, int] = {}
         self.first_lists: dict[Source, tuple[int, int]] = {}
+        self.opaque: set[Source] = set()
         self._meaning: dict[Source, dict[tuple[str, str], int]] = {}
         # While listeners run: the informer and resourceVersion of what they are told about.
         self.cause: tuple[Source, int] | None = None
@@ -366,6 +368,8 @@ class Limits:
     def entry(self, plural: str, obj: Obj, group: str | None = None) -> _Held:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        # Caps take effect in the order their events arrive, compared or not; a version that
+        # does not compare is 0 here: never taken for a newer state of an informer.
         rv = rv_number(obj) or 0
         if plural == NAMESPACES.plural:
             labels = meta.get("labels") or {}
@@ -375,7 +379,8 @@ class Limits:
 
     def reached(self, plural: str, group: str, namespace: str | None, rv: str | None) -> None:
         """An informer reached `rv` (an event, a bookmark or a list), before it applies it."""
-        reach(self.positions, self.first_positions, (plural, group, namespace or ""), rv)
+        source = (plural, group, namespace or "")
+        reach(self.positions, self.first_positions, source, rv, self.opaque)
 
     def _source(self, plural: str, group: str | None, namespace: str) -> Source:
         scoped = (plural, group or "", namespace)

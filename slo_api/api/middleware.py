@@ -25,6 +25,8 @@ _METHODS = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 )
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
+# HTTP's Content-Length: 1*DIGIT, ASCII only.
+_LENGTH = re.compile(rb"[0-9]+")
 # Where the auth dependency leaves who called, for the request log line: the scope outlives
 # the endpoint, while a context variable set in a dependency would not reach this middleware.
 CALLER_SCOPE_KEY = "slo_api.caller"
@@ -73,7 +75,17 @@ class RequestMiddleware:
 
         try:
             declared = headers.get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            if declared is not None and not _LENGTH.fullmatch(declared):
+                # uvicorn answers 400 itself before a request gets here; another server may
+                # not. Refused before reading a byte, as a body too large is.
+                malformed = ApiError(
+                    400,
+                    "the Content-Length header is not a decimal number of bytes",
+                    headers={"Connection": "close"},
+                )
+                await error_response(malformed)(scope, receive, send_with_id)
+                return
+            if declared is not None and _longer(declared, self.max_body_bytes):
                 # Refused before reading a byte of it: the connection cannot carry another
                 # request after a body nobody read.
                 refused = ApiError(413, self._too_large(), headers={"Connection": "close"})
@@ -123,3 +135,11 @@ class RequestMiddleware:
             return message
 
         return limited
+
+
+def _longer(declared: bytes, limit: int) -> bool:
+    """Whether a Content-Length (ASCII digits) is over `limit`, with no int() of a length
+    past its digits (int() refuses over 4300 of them)."""
+    digits = declared.lstrip(b"0") or b"0"
+    bound = str(limit).encode()
+    return (len(digits), digits) > (len(bound), bound)

@@ -43,7 +43,8 @@ STRING_FIELDS = frozenset(
     }
 )
 
-_BOUND = re.compile(r"(?P<type>[A-Za-z]+):(?P<value>-?\d+)")
+# ASCII digits only (\d is any script's), and no more than an int64 has.
+_BOUND = re.compile(r"(?P<type>[A-Za-z]+):(?P<value>-?[0-9]{1,19})")
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def _walk(node: Any, path: tuple[str, ...], full_path: tuple[str, ...], text: st
         if isinstance(node, dict):
             child = node.get(segment)
             if child is None:
-                child = node[segment] = [] if following.isdigit() else {}
+                child = node[segment] = [] if _digits(following) else {}
             node = child
         elif isinstance(node, list):
             index = _index(node, segment, text, where, allow_append=True)
@@ -150,9 +151,15 @@ def _put(parent: dict[str, Any] | list[Any], key: str, value: Any, text: str) ->
         parent[index] = value
 
 
+def _digits(segment: str) -> bool:
+    # isdigit() would take "²", which int() refuses, and isdecimal() alone Arabic-Indic digits.
+    return segment.isascii() and segment.isdecimal()
+
+
 def _index(items: list[Any], segment: str, text: str, where: str, *, allow_append: bool) -> int:
     limit = len(items) + (1 if allow_append else 0)
-    if not segment.isdigit() or int(segment) >= limit:
+    # No int() of more digits than the limit has (int() refuses over 4300 of them).
+    if not _digits(segment) or len(segment.lstrip("0")) > len(str(limit)) or int(segment) >= limit:
         raise usage(f"{text!r}: {where!r} needs a list index below {limit}")
     return int(segment)
 

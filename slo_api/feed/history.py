@@ -20,6 +20,8 @@ version the revision had not reached (the same change may come twice: events car
 items, so the client converges), and answers 410 when its history does not reach back that
 far. A replica knows the cluster from its first list on; a version before that is covered
 only where nothing moved in between: its first list had as many objects, none newer.
+Versions are compared as KEP-5504 lets a client (slo_api.versions): where an informer met
+one that does not compare, another process's revision cannot be placed and is 410 too.
 """
 
 from __future__ import annotations
@@ -350,6 +352,15 @@ class ChangeLog:
         epoch, _, digest, values = self._decode(revision)
         if epoch == self._epoch:
             return None
+        opaque = self.index.opaque | self.service.limits.opaque
+        if opaque:
+            # Which of this replica's changes such a revision had seen cannot be told: a
+            # guess could skip one (a resume replays from the versions it names).
+            names = ", ".join(sorted("/".join(filter(None, source)) for source in opaque))
+            raise Expired(
+                f"revision {revision!r} is from another replica, and the API server's "
+                f"resourceVersions of {names} are not comparable (KEP-5504)"
+            )
         mine = sorted(self.versions_reached())
         if digest != _digest(mine) or len(values) not in (len(mine), 2 * len(mine)):
             if self.service.limits.positions and digest == _digest(sorted(self.index.positions)):

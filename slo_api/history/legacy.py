@@ -17,10 +17,12 @@ from typing import Any
 
 import orjson
 
+from slo_api import versions
 from slo_api.history.attribution import SELF, UNKNOWN
 from slo_api.history.changes import OWNED, VALUE_CAP, capped
 from slo_api.history.revisions import (
     GROUP,
+    MAX_NAME,
     REVISIONS,
     ROLE,
     Revisions,
@@ -50,10 +52,6 @@ REVISIONS_CRD = f"{REVISIONS.plural}.{REVISIONS.group}"
 # What an earlier version's entry held, and each of its changes: nothing else was ever written.
 LEGACY_KEYS = frozenset({"id", "time", "actor", "via", "requestId", "changes", "after"})
 LEGACY_CHANGE_KEYS = frozenset({"field", "from", "to"})
-# The digits of a resourceVersion as etcd writes it (a uint64).
-RV_DIGITS = 20
-# A name's length: an earlier version's ConfigMap names were cut (and hashed) to fit it.
-MAX_NAME = 253
 
 
 class Legacy:
@@ -247,10 +245,10 @@ class Legacy:
     def _carried_entries(self, cm: Obj, kind: Kind, cr: Obj) -> list[Obj]:
         """The entries of an earlier version's ConfigMap as revisions hold them; each other
         one logged (once) and left out."""
-        rv = _decimal(resource_version(cr))
+        rv = resource_version(cr)
         out: dict[str, Obj] = {}
         for n, raw in enumerate(_legacy_raw(cm)):
-            entry, why = _legacy_entry(raw, kind, rv or "")
+            entry, why = _legacy_entry(raw, kind, rv)
             if entry is None:
                 shown = raw.get("id") if isinstance(raw, dict) else raw
                 self._note(
@@ -283,23 +281,6 @@ def legacy_name(kind_name: str, name: str) -> str:
     return f"{full[: MAX_NAME - len(digest) - 1].rstrip('.-')}.{digest}"
 
 
-def _decimal(value: Any) -> str | None:
-    """`value` if it is a resourceVersion as etcd writes one (ASCII digits, no leading zero,
-    a uint64), else None. isdecimal() alone admits other scripts' digits, isdigit() even
-    "¹", which int() refuses."""
-    if not isinstance(value, str) or not 0 < len(value) <= RV_DIGITS:
-        return None
-    if not (value.isascii() and value.isdecimal()) or (value[0] == "0" and value != "0"):
-        return None
-    return value
-
-
-def _not_after(ident: str, rv: str) -> bool:
-    """Two `_decimal`s compared as the numbers they write, with no int(): the longer is the
-    larger, and of equal length the text orders them."""
-    return (len(ident), ident) <= (len(rv), rv)
-
-
 def _timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -328,10 +309,10 @@ def _refusal(cm: Obj, kind: Kind | None, cr: Obj | None, since: datetime | None)
         return f"the age of the CRD {REVISIONS_CRD} is not known"
     if created is None or not created < since:
         return f"made no earlier than the CRD {REVISIONS_CRD}: not by an earlier version"
-    if _decimal(resource_version(cr)) is None:
-        # Opaque in general; the earlier version's ids were its CRs' resourceVersions, which
-        # it ordered as numbers: with a CR's not one, no id can be checked against it.
-        return "its CR's resourceVersion is not a number, so no id can be checked"
+    if not versions.comparable(resource_version(cr)):
+        # The earlier version's ids were its CRs' resourceVersions, which it ordered as
+        # numbers: with a CR's one that does not compare (KEP-5504), no id can be checked.
+        return "its CR's resourceVersion is not comparable, so no id can be checked"
     return None
 
 
@@ -358,10 +339,11 @@ def _legacy_entry(raw: Any, kind: Kind, rv: str) -> tuple[Obj | None, str]:
     extra = sorted(str(k) for k in raw if k not in LEGACY_KEYS)
     if extra:
         return None, f"keys no earlier version wrote: {', '.join(extra)[:80]}"
-    ident = _decimal(raw.get("id"))
-    if ident is None:
+    ident = raw.get("id")
+    if not versions.comparable(ident):
         return None, "its id is not a resourceVersion"
-    if not rv or not _not_after(ident, rv):
+    placed = versions.compare(ident, rv)
+    if placed is None or placed > 0:
         return None, "its id is after the CR's current resourceVersion"
     if not all(_text(raw.get(k)) for k in ("time", "actor", "via")) or not _text(
         raw.get("requestId"), optional=True

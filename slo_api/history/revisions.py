@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import orjson
 
+from slo_api import versions
 from slo_api.history.attribution import SELF, UNKNOWN
 from slo_api.history.changes import Change, body_of, capped, owned_fields
 from slo_api.index import resource_version, uid_of
@@ -45,6 +46,8 @@ REPLACE_ATTEMPTS = 3
 # How long a change is retried while the API server is away or failing before it is given up
 # (and counted `failed`).
 RECORD_PATIENCE = 300.0
+# The longest name of an object (a DNS subdomain).
+MAX_NAME = 253
 # Marks a revision made across a relist's gap (from the last state observed to the listed
 # one): a revision of that version made from consecutive states replaces it, so no change is
 # in two revisions.
@@ -53,24 +56,25 @@ ACROSS_RELIST = f"{GROUP}/across-relist"
 
 def revision_name(uid: str, rv: str) -> str:
     """One change's revision: the CR's uid (36 characters) and the version the change made.
-    The version is opaque: one that is not plain decimal digits (the names revisions have had
-    since the first version, kept) is named by its digest, so any version makes a valid name
-    (an `x` first: no decimal version is ever taken for one)."""
-    if rv.isascii() and rv.isdecimal():
+    A version KEP-5504 lets compare (decimal: the names revisions have had since the first
+    version, kept) is written as it is where the name stays within MAX_NAME; any other
+    version is named by its digest, so every version makes a valid name (an `x` first: no
+    decimal version is ever taken for one)."""
+    if versions.comparable(rv) and len(uid) + 1 + len(rv) <= MAX_NAME:
         return f"{uid}.{rv}"
     return f"{uid}.x{hashlib.sha256(rv.encode()).hexdigest()[:40]}"
 
 
 def order(entry: Obj) -> tuple[int, str, int, str]:
-    """Oldest first. The decimal versions API servers hand out sort by their digits (shorter
-    first, then as text: the order they were made, with no int()). Any other version sorts
-    after them by when the change was made, then by its text. `time` alone cannot order
-    decimal versions: it comes from different clocks (a manager's managedFields stamp, or the
-    second a replica saw a change no manager stamped), so two changes made within a second
-    of each other could swap."""
+    """Oldest first. Versions that compare (KEP-5504) sort as they compare: the order they
+    were made. Any other version sorts after them by when the change was made, then by its
+    text. `time` alone cannot order comparable versions: it comes from different clocks (a
+    manager's managedFields stamp, or the second a replica saw a change no manager stamped),
+    so two changes made within a second of each other could swap."""
     ident = str(entry.get("id", ""))
-    if ident.isascii() and ident.isdecimal():
-        return 0, "", len(ident), ident
+    key = versions.key(ident)
+    if key is not None:
+        return 0, "", *key
     return 1, str(entry.get("time") or ""), len(ident), ident
 
 

@@ -702,6 +702,49 @@ async def test_a_replica_whose_history_starts_later_answers_expired() -> None:
     await on_a.stop()
 
 
+@pytest.mark.parametrize("odd", ["a1b2", "¹²", "012"])
+async def test_a_revision_is_expired_on_another_replica_where_versions_do_not_compare(
+    odd: str,
+) -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [cr("a", "x", "chat", rv=10)], 10)
+    on_a = await reader(a)
+    before = a.revision(a.head)
+    changed = cr("a", "y", "code")
+    changed["metadata"]["resourceVersion"] = odd  # a server that is not KEP-5504 conformant
+    event(both, changed)
+    await on_a.settle()
+    assert on_a.changes()[-1] == ("ADDED", "code")
+    # b cannot tell which of its changes such a revision had seen: 410, never a guess.
+    for revision in (before, on_a.events[-1]["revision"]):
+        with pytest.raises(Expired, match="not comparable"):
+            b.open("summary", None, revision)
+    # a resumes its own revisions by their sequence, as always.
+    on_a_again = await reader(a, since=before)
+    assert on_a_again.changes() == [("ADDED", "code")]
+    await on_a.stop()
+    await on_a_again.stop()
+
+
+async def test_a_revision_is_expired_on_another_replica_where_the_limits_do_not_compare() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    for feed in both:
+        feed.service.limits.reached("slolimits", GROUP, None, "5")
+        feed.service.limits.clear("slolimits", GROUP)
+    listed(both, [cr("a", "x", "chat", rv=10, priority=7)], 10)
+    on_a = await reader(a, "full")
+    limits = default_limits("a", 11, maxPriority=9)
+    limits["metadata"]["resourceVersion"] = "¹¹"
+    limits_event(both, limits)
+    await on_a.settle()
+    assert on_a.events[-1]["object"]["limits"] == {"maxPriority": 9}
+    with pytest.raises(Expired, match="not comparable"):
+        b.open("full", None, on_a.events[-1]["revision"])
+    await on_a.stop()
+
+
 async def test_a_position_inside_one_publication_names_the_version_before_it() -> None:
     a, b = make_feed(), make_feed()
     both = [a, b]

@@ -8,8 +8,10 @@ import asyncio
 import re
 from typing import Any
 
+import pytest
+
 from slo_api.history import History, writer
-from slo_api.history.revisions import revision_name
+from slo_api.history.revisions import order, revision_name
 from slo_api.kube import KubeError
 from slo_api.ownership import ARGOCD_TRACKING_ANNOTATION
 from slo_api.recovery import Recovery
@@ -323,6 +325,29 @@ def test_a_decimal_resource_version_keeps_the_name_stored_revisions_have() -> No
     hashed = revision_name("u1", "48213/x")
     assert hashed != revision_name("u1", "48213/y")
     assert NAME_RULE.fullmatch(hashed)
+
+
+@pytest.mark.parametrize(
+    "rv",
+    ["48213/x", "¹²", "\u0661\u0662", "A1", "a_b", "", "012", "9" * 300, "x" * 300, "1.2"],
+)
+def test_any_resource_version_yields_a_valid_revision_name(rv: str) -> None:
+    uid = "0b6f3c2e-1111-4222-8333-444455556666"
+    name = revision_name(uid, rv)
+    # A Kubernetes object name (a DNS subdomain): the create is never refused for its name.
+    assert NAME_RULE.fullmatch(name)
+    assert len(name) <= 253
+    assert name != revision_name(uid, rv + "1")
+
+
+def test_ids_that_do_not_compare_are_ordered_by_time_after_those_that_do() -> None:
+    entries = [
+        {"id": "012", "time": "2026-01-01T00:00:01Z"},  # a leading zero: not KEP-5504's
+        {"id": "100", "time": "2026-01-01T00:00:02Z"},
+        {"id": "¹²", "time": "2026-01-01T00:00:00Z"},
+        {"id": "99", "time": "2026-01-01T00:00:03Z"},
+    ]
+    assert [e["id"] for e in sorted(entries, key=order)] == ["99", "100", "¹²", "012"]
 
 
 # A reset through slo-api: a merge patch of nulls on the only fields slo-api held, so its

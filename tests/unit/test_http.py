@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
+import orjson
 import pytest
 
+from slo_api.api.middleware import RequestMiddleware
 from slo_api.kube import KubeError
+from slo_api.metrics import Metrics
 from tests.unit.conftest import AUTH, TOKEN, Started, llm_cr, until, until_ready
 from tests.unit.fakes import FakeKube, fail
 
@@ -339,3 +342,57 @@ async def test_a_broken_tokens_file_shows_in_readyz_and_metrics_and_is_never_a_5
         assert (await client.get("/routes/a", headers=read)).status_code == 401
         metrics = (await client.get("/metrics")).text
         assert 'slo_api_tokens_file_reload_failures_total{reason="unreadable"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("declared", "status"),
+    [
+        ("²".encode(), 400),
+        ("\u0661\u0662".encode(), 400),
+        (b"+12", 400),
+        (b"1_0", 400),
+        (b"0x10", 400),
+        (b"", 400),
+        (b"9" * 5000, 413),  # decimal, and far over the limit (int() refuses 5000 digits)
+        (b"0" * 5000 + b"4096", 413),
+    ],
+)
+async def test_a_content_length_is_read_as_ascii_digits_before_any_body(
+    declared: bytes, status: int
+) -> None:
+    # uvicorn (httptools and h11 alike) answers 400 itself before the app sees such a header;
+    # behind any other server the middleware refuses it too, before reading the body.
+    reached: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(True)
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = {
+        "type": "http",
+        "method": "PUT",
+        "path": "/routes/a",
+        "query_string": b"",
+        "headers": [(b"content-length", declared)],
+    }
+    await RequestMiddleware(app, Metrics(), max_body_bytes=2048)(scope, receive, send)
+    assert reached == []
+    assert sent[0]["status"] == status
+    body = orjson.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    if status == 400:
+        assert body["error"]["code"] == "invalid_request"
+        assert "Content-Length" in body["error"]["message"]
+    else:
+        assert body["error"]["code"] == "payload_too_large"
+    # Within the limit, with leading zeros or not: the request goes on.
+    for within in (b"2048", b"0002048", b"0"):
+        scope["headers"] = [(b"content-length", within)]
+        await RequestMiddleware(app, Metrics(), max_body_bytes=2048)(scope, receive, send)
+    assert reached == [True, True, True]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -244,6 +245,29 @@ def test_write_through_skips_versions_it_cannot_compare() -> None:
     assert index.get(LLM, "ns", "svc") == unknown
 
 
+# Not comparable under KEP-5504: "¹²" passes isdigit() but not int(), Arabic-Indic digits
+# are decimal in another script, "012" has a leading zero, "0" is a list's "any".
+ODD_VERSIONS = ["¹²", "\u0661\u0662", "012", "0", "a1b2"]
+
+
+@pytest.mark.parametrize("odd", ODD_VERSIONS)
+def test_a_version_that_does_not_compare_is_taken_in_the_order_it_arrives(odd: str) -> None:
+    index = make_index()
+    index.upsert(LLM, cr("ns", "svc", "first", rv=20))
+    later = cr("ns", "svc", "second")
+    later["metadata"]["resourceVersion"] = odd
+    # Not compared with 20 (as 12, say): the watch's newest event is the newest state.
+    assert index.upsert(LLM, later)
+    assert index.routes() == ["second"]
+    assert index.upsert(LLM, cr("ns", "svc", "third", rv=3))
+    assert index.routes() == ["third"]
+    # A write's answer it cannot place is left to the watch, which delivers it anyway.
+    answer = cr("ns", "svc", "fourth")
+    answer["metadata"]["resourceVersion"] = odd
+    assert not index.write_through(LLM, answer)
+    assert index.routes() == ["third"]
+
+
 # -- relists -------------------------------------------------------------------------------
 
 
@@ -309,9 +333,9 @@ def test_every_change_is_told_and_an_ignored_one_is_not() -> None:
     index = make_index()
     told: list[set[str]] = []
     index.subscribe(told.append)
-    index.upsert(LLM, cr("ns", "a", "a", rv=1))
+    index.upsert(LLM, cr("ns", "a", "a", rv=2))
     assert told == [{"a"}]
-    index.upsert(LLM, cr("ns", "a", "a", rv=0))  # ignored: older
+    index.upsert(LLM, cr("ns", "a", "a", rv=1))  # ignored: older
     assert told == [{"a"}]
     index.delete(LLM, cr("ns", "a"))
     assert told == [{"a"}, {"a"}]

@@ -65,6 +65,16 @@ def test_a_relist_replaces_what_it_cannot_compare_or_what_is_another_cr() -> Non
     assert routes_of(index) == {"a": "a-listed", "b": "b-new"}
 
 
+@pytest.mark.parametrize("odd", ["¹²", "\u0661\u0662", "012", "0"])
+def test_a_listed_version_that_does_not_compare_replaces_the_held_copy(odd: str) -> None:
+    index = make_index()
+    index.replace(LLM, [cr("a", "50", "a")])
+    assert index.write_through(LLM, cr("a", "60", "a-patched"))
+    # Not read as 12 (older than the write) nor refused: the list, newer by arrival, wins.
+    index.replace(LLM, [cr("a", odd, "a-listed")])
+    assert routes_of(index) == {"a": "a-listed"}
+
+
 def test_a_relist_still_drops_what_it_does_not_list() -> None:
     index = make_index()
     index.replace(LLM, [cr("a", "10", "a")])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from slo_api.kube import KubeError
 from slo_api.limits import EXEMPT_LABEL, Limits, refusal
 from tests.unit.conftest import AUTH, Started, job_cr, llm_cr, until
@@ -220,6 +222,32 @@ async def test_the_store_keeps_only_each_namespaces_default_and_follows_relists(
     assert limits.in_effect("llm", "e") == {}
     limits.delete("namespaces", namespace_obj("e", exempt=True))
     assert limits.in_effect("llm", "e") == {"maxPriority": 2}
+
+
+@pytest.mark.parametrize("odd", ["¹²", "\u0661\u0662", "a1b2", "012"])
+async def test_limits_whose_versions_do_not_compare_take_effect_as_they_arrive(odd: str) -> None:
+    limits = Limits()
+    limits.reached("slolimits", "", None, "20")
+    limits.upsert(
+        "slolimits",
+        {
+            **limits_cr(maxPriority=5),
+            "metadata": {"namespace": "ns", "name": "default", "resourceVersion": "20"},
+        },
+    )
+    changed = limits_cr(maxPriority=3)
+    changed["metadata"]["resourceVersion"] = odd
+    limits.reached("slolimits", "", None, odd)
+    limits.upsert("slolimits", changed)
+    assert limits.in_effect("job", "ns") == {"maxPriority": 3}
+    listed = [
+        limits.entry("slolimits", changed),
+        limits.entry("slolimits", limits_cr("b", maxPriority=1)),
+    ]
+    await limits.replace_in_turns("slolimits", listed)
+    assert limits.capped() == {"ns", "b"}
+    limits.delete("slolimits", changed)
+    assert limits.capped() == {"b"}
 
 
 def _llm_spec(ttft: dict[str, Any], **spec: Any) -> dict[str, Any]:

@@ -59,7 +59,19 @@ def test_bound_aliases_and_shorthand(text: str, path: tuple[str, ...], value: An
     assert (assignment.path, assignment.value) == (path, value)
 
 
-@pytest.mark.parametrize("text", ["min=two", "max=replica:", "max=true", "max=1.5", "noequals"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "min=two",
+        "max=replica:",
+        "max=true",
+        "max=1.5",
+        "noequals",
+        "min=replica:\u0661",
+        "min=replica:²",
+        "max=replica:" + "9" * 5000,
+    ],
+)
 def test_bad_assignments_are_usage_errors(text: str) -> None:
     with pytest.raises(CliError) as caught:
         parse_assignment(text)
@@ -106,7 +118,18 @@ def test_lists_are_indexed_and_can_be_appended_to() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["ttft.ranges.5.p90=1", "ttft.ranges.x.p90=1", "ttft.ranges.3=1", "priority.value=1"],
+    [
+        "ttft.ranges.5.p90=1",
+        "ttft.ranges.x.p90=1",
+        "ttft.ranges.3=1",
+        "priority.value=1",
+        # Digits int() refuses ("²" passes isdigit()), or reads though no user meant an index.
+        "ttft.ranges.².p90=1",
+        "ttft.ranges.²=1",
+        "ttft.ranges.\u0661=1",
+        "ttft.ranges.+1=1",
+        "ttft.ranges." + "9" * 5000 + "=1",
+    ],
 )  # ranges has one entry: index 1 appends, 3 and 5 are holes
 def test_bad_paths_are_usage_errors(text: str) -> None:
     with pytest.raises(CliError) as caught:
@@ -118,6 +141,10 @@ def test_nested_keys_create_missing_sections() -> None:
     body = edited({"route": "job", "maximumDeployment": None}, "queue.maxDepth=20", "max.value=3")
     assert body["queue"] == {"maxDepth": 20}
     assert body["maximumDeployment"] == {"value": 3}
+    # A segment after a missing one makes a list only where it is an index (ASCII digits).
+    body = edited({"route": "x"}, "a.².b=1", "c.0=2")
+    assert body["a"] == {"²": {"b": 1}}
+    assert body["c"] == [2]
 
 
 def test_changed_fields_compares_json_not_python_equality() -> None:
