@@ -75,13 +75,26 @@ def _server(grace: float) -> server.Server:
 def test_a_sigterm_is_a_clean_stop_and_a_sigint_still_interrupts() -> None:
     """What `slo-api` exits with: 0 after a SIGTERM it drained (Kubernetes' stop), while a
     Ctrl-C (SIGINT) is raised again once the server stopped, as uvicorn does."""
-    term = _server(0)
-    with term.capture_signals():
-        signal.raise_signal(signal.SIGTERM)
-    assert term.should_exit
-    interrupt = _server(0)
-    with pytest.raises(KeyboardInterrupt), interrupt.capture_signals():
-        signal.raise_signal(signal.SIGINT)
-    assert interrupt.should_exit
-    # The handlers in place before serving are back.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handlers, as a process starts with (an earlier test may have left others).
+    before = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in (
+            (signal.SIGINT, signal.default_int_handler),
+            (signal.SIGTERM, signal.SIG_DFL),
+        )
+    }
+    try:
+        term = _server(0)
+        with term.capture_signals():
+            signal.raise_signal(signal.SIGTERM)
+        assert term.should_exit
+        interrupt = _server(0)
+        with pytest.raises(KeyboardInterrupt), interrupt.capture_signals():
+            signal.raise_signal(signal.SIGINT)
+        assert interrupt.should_exit
+        # The handlers in place before serving are back.
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
