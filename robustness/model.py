@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from robustness.recording import GAP, Obj, Recording, Request
+from robustness.recording import GAP, KUBE, Obj, Recording, Request
 
 RESOURCES = {"llmslorequirements": "llm", "jobslorequirements": "job", "modelpools": "pool"}
 REVISIONS = "routerevisions"
@@ -145,6 +145,20 @@ def is_forced(request: Request) -> bool:
     return query(request.path).get("force") == "true"
 
 
+def acknowledged(recording: Recording) -> dict[int, list[Request]]:
+    """The acknowledged writes (slo-api's and the harness's own, not dry runs) by the
+    resourceVersion they answered."""
+    found: dict[int, list[Request]] = {}
+    for r in recording.requests:
+        if r.status is None or not 200 <= r.status < 300 or is_dry_run(r):
+            continue
+        if r.replica == KUBE or r.method in WRITES:
+            rv = answered_version(r)
+            if rv is not None:
+                found.setdefault(rv, []).append(r)
+    return found
+
+
 def answered_version(request: Request) -> int | None:
     """The resourceVersion a successful write answered: its ETag (slo-api) or the returned
     object's (a write around slo-api)."""
@@ -179,6 +193,7 @@ class State:
     # The harness's watch broke just before: the states between this and the one before it
     # are unknown (a change across it cannot be attributed or split).
     after_gap: bool = False
+    at: int = 0  # its place in its CR's history
 
     def where(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} uid {self.uid[:8]} rv {self.rv}"
@@ -220,9 +235,7 @@ class Ground:
         return any(since <= end and start <= until for since, until in self.gap_spans)
 
     def previous(self, state: State) -> State | None:
-        history = self.states[state.uid]
-        at = history.index(state)
-        return history[at - 1] if at > 0 else None
+        return self.states[state.uid][state.at - 1] if state.at > 0 else None
 
     def last_states(self) -> list[State]:
         """Each CR's last state, deleted ones left out."""
@@ -333,6 +346,7 @@ def build(recording: Recording) -> Ground:
             after_gap=uid in gap_pending,
         )
         gap_pending.discard(uid)
+        state.at = len(history)
         history.append(state)
         if not state.deleted:
             truth.by_rv.setdefault(rv, state)

@@ -61,7 +61,7 @@ def _short(value: object, limit: int = 200) -> str:
 def around(ground: Ground, state: State, before: int = 2, after: int = 1) -> list[str]:
     """The truth states of one CR around one of them."""
     history = ground.states[state.uid]
-    at = history.index(state)
+    at = state.at
     return [describe_state(s) for s in history[max(0, at - before) : at + after + 1]]
 
 

@@ -8,10 +8,10 @@ from robustness.model import (
     Ground,
     Revision,
     State,
+    acknowledged,
     answered_version,
     during_fault,
     fault_windows,
-    is_dry_run,
     item_owned,
     route_of_path,
 )
@@ -48,29 +48,14 @@ def _recorded(rev: Revision) -> dict[str, tuple[object, object]]:
     }
 
 
-def _writers(recording: Recording) -> dict[int, list[Request]]:
-    """The acknowledged writes, by the resourceVersion they answered (a write that changed
-    nothing answers the version that stood: see `_writer`)."""
-    found: dict[int, list[Request]] = {}
-    for r in recording.requests:
-        if r.status is None or not 200 <= r.status < 300 or is_dry_run(r):
-            continue
-        if r.replica == KUBE or r.method in WRITES:
-            rv = answered_version(r)
-            if rv is not None:
-                found.setdefault(rv, []).append(r)
-    return found
-
-
-def _writer(
-    recording: Recording, ground: Ground, writers: dict[int, list[Request]], state: State
-) -> Request | None:
-    """The acknowledged write that made `state`, if any (its writer may have died unanswered)."""
+def _writer(ground: Ground, writers: dict[int, list[Request]], state: State) -> Request | None:
+    """The acknowledged write that made `state`, if any (its writer may have died unanswered;
+    a write that changed nothing answers the version that stood: see made_by)."""
     before = ground.previous(state)
     candidates = writers.get(state.rv, [])
     if before is None:
         return candidates[0] if candidates else None
-    return next((r for r in candidates if made_by(recording, r, before, state)), None)
+    return next((r for r in candidates if made_by(writers, r, before, state)), None)
 
 
 def _expected_actor(recording: Recording, writer: Request) -> str:
@@ -120,7 +105,7 @@ def _actor_problem(
 def history(recording: Recording, ground: Ground) -> list[Violation]:
     found: list[Violation] = []
     windows = fault_windows(recording)
-    writers = _writers(recording)
+    writers = acknowledged(recording)
 
     def violation(message: str, state: State, extra: list[str] | None = None) -> None:
         found.append(
@@ -181,7 +166,7 @@ def history(recording: Recording, ground: Ground) -> list[Violation]:
                     )
                 elif missing is None:
                     violation(f"revision {rev.id} records {recorded}, expected {expected}", s)
-            writer = _writer(recording, ground, writers, s)
+            writer = _writer(ground, writers, s)
             problem = _actor_problem(recording, rev, s, writer)
             if problem is not None and not (gone is not None and rev.time >= gone):
                 violation(

@@ -10,6 +10,7 @@ from robustness.model import (
     WRITES,
     Ground,
     State,
+    acknowledged,
     answered_version,
     etag_version,
     is_dry_run,
@@ -54,7 +55,9 @@ def _sent_fields(request: Request, kind: str) -> set[str]:
     return {f for f in OWNED.get(kind, ()) if isinstance(spec, dict) and spec_key(f) in spec}
 
 
-def made_by(recording: Recording, request: Request, before: State, state: State) -> bool:
+def made_by(
+    acked: dict[int, list[Request]], request: Request, before: State, state: State
+) -> bool:
     """Whether `request` made the change to `state`, not only answered it. A write that
     changes nothing sends no patch and answers the version that stood: another writer's. Of
     the acknowledged writes that answered that version, the one that names what changed made
@@ -65,16 +68,7 @@ def made_by(recording: Recording, request: Request, before: State, state: State)
     changed = {
         f for f in set(before.owned) | set(state.owned) if before.owned.get(f) != state.owned.get(f)
     }
-    rivals = [
-        r
-        for r in recording.requests
-        if r is not request
-        and r.status is not None
-        and 200 <= r.status < 300
-        and not is_dry_run(r)
-        and answered_version(r) == state.rv
-        and (r.replica == KUBE or r.method in WRITES)
-    ]
+    rivals = [r for r in acked.get(state.rv, []) if r is not request]
     if not rivals:
         return True
     if changed and changed <= _sent_fields(request, state.kind):
@@ -93,6 +87,7 @@ def _in_gap(ground: Ground, rv: int) -> bool:
 
 def acknowledged_writes(recording: Recording, ground: Ground) -> list[Violation]:
     found: list[Violation] = []
+    acked = acknowledged(recording)
     for r in slo_api_writes(recording):
         route = route_of_path(r.path)
         rv = answered_version(r)
@@ -145,7 +140,7 @@ def acknowledged_writes(recording: Recording, ground: Ground) -> list[Violation]
                     )
                 )
         before = ground.previous(state)
-        if before is None or state.after_gap or not made_by(recording, r, before, state):
+        if before is None or state.after_gap or not made_by(acked, r, before, state):
             continue
         sent = written_fields(state.kind, r.method, r.request_body)
         changed = {
@@ -261,6 +256,7 @@ def _marked(state: State, manager: str) -> bool:
 
 def gitops(recording: Recording, ground: Ground) -> list[Violation]:
     found: list[Violation] = []
+    acked = acknowledged(recording)
     for r in slo_api_writes(recording):
         if is_forced(r):
             continue
@@ -269,7 +265,7 @@ def gitops(recording: Recording, ground: Ground) -> list[Violation]:
         before = ground.previous(state) if state is not None else None
         if state is None or before is None or state.after_gap:
             continue
-        if not made_by(recording, r, before, state):
+        if not made_by(acked, r, before, state):
             continue
         for name in sorted(set(before.owned) | set(state.owned)):
             if before.owned.get(name) == state.owned.get(name):
