@@ -80,6 +80,8 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
     for h in ground.states.values():
         for s in h:
             spaces[s.route].add(s.namespace)
+    # Each (identity, view, kind)'s timelines, made once: a long run has thousands of sessions.
+    known: dict[tuple[str, str, str | None], dict[str, list[Step]]] = {}
     for watcher, sessions in _sessions(recording).items():
         pointer: dict[str, int] = {}
         last_item: dict[str, Any] = {}
@@ -95,7 +97,10 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
             if not resumed:
                 pointer.clear()
                 last_item.clear()
-            tl = timelines(recording, ground, opened.identity, opened.view, opened.kind)
+            key = (opened.identity, opened.view, opened.kind)
+            tl = known.get(key)
+            if tl is None:
+                tl = known[key] = timelines(recording, ground, *key)
             initial = not resumed
             seen: set[tuple[str, str]] = set()
             first_here: set[str] = set()
