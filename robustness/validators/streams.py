@@ -176,6 +176,16 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                     pointer[route] = early[-1] if early else candidates[0]
                 else:
                     later = [i for i in range(at, len(steps)) if steps[i].value == value]
+                    if resumed and route not in first_here and later[:1] not in ([at], [at + 1]):
+                        back = _replayed(steps, at, value, windows)
+                        if back is not None:
+                            # A resume elsewhere from a revision that stood before a relist
+                            # sends, in order, the changes from its version on again
+                            # (docs/api.md): the route's place goes back to where it starts.
+                            pointer[route] = back
+                            last_item[route] = obj
+                            first_here.add(route)
+                            continue
                     if not later and ground.in_gap(steps[at].time, record.time + lag):
                         # A state made while the harness's watch was broken: not in its truth.
                         last_item[route] = obj
@@ -199,6 +209,21 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                 last_item[route] = obj
                 first_here.add(route)
     return found
+
+
+def _replayed(
+    steps: list[Step], at: int, value: Any, windows: list[tuple[float, float]]
+) -> int | None:
+    """The state a resumed stream's replay starts at: an earlier state of the route with
+    `value`, within the fault (a relist) that the state the watcher held falls in."""
+    held = steps[at].time
+    for i in range(at - 1, -1, -1):
+        if steps[i].value != value:
+            continue
+        if any(s <= steps[i].time and held <= e for s, e in windows):
+            return i
+        return None
+    return None
 
 
 def _ended(

@@ -294,6 +294,40 @@ def test_a_state_the_harness_watch_missed_in_its_gap_is_not_held_against_a_strea
     assert validate(b.finish(), ("streams",)) == []
 
 
+def _replayed(b: Builder, fault: bool) -> Builder:
+    """A watcher that had chat's newest state resumes on another replica, which sends the
+    route's two changes before it again, in order (its revision named a version from before
+    a relist the first replica was recording)."""
+    b.tick(60)
+    if fault:
+        b.fault("compaction", "apiserver", 0.1)  # the relist that made the revision imprecise
+    b.put("chat", {"priority": 2})
+    third = b.put("chat", {"priority": 3})
+    b.tick(1)
+    first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
+    b.close(first, "drop")
+    again = b.watch("w1", replica="a", since=True)
+    obj = copy.deepcopy(b.crs["chat"])
+    for priority in (2, 3):
+        obj["spec"]["priority"] = priority
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj), "revision": f"z{priority}"}
+        b.line(again, line)
+    assert third.status == 200
+    return b
+
+
+def test_a_resume_that_replays_changes_from_before_a_relist_passes() -> None:
+    b = _replayed(clean(), fault=True)
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_resume_that_goes_back_with_no_relist_to_explain_it_is_caught() -> None:
+    b = _replayed(clean(), fault=False)
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
 def test_a_state_no_gap_explains_is_still_caught() -> None:
     b = clean()
     b.tick(60)
