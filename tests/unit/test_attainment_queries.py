@@ -385,3 +385,35 @@ async def test_a_query_that_never_ends_meets_its_deadline() -> None:
         "reason": "Prometheus did not answer within 0.2 s",
         "asOf": None,
     }
+
+
+async def test_routes_below_the_traffic_floor_sort_with_no_data_not_by_their_budget() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        if "_bucket" not in query:
+            return httpx.Response(200, json=_vector(({"model_name": "busy"}, 30)))
+        # busy: 950 of 1,000 within 0.5 s (budget 0.5 left); quiet: 5 of 10 (budget -4).
+        return httpx.Response(
+            200,
+            json=_vector(
+                ({"model_name": "busy", "le": "0.5"}, 950),
+                ({"model_name": "busy", "le": "+Inf"}, 1000),
+                ({"model_name": "quiet", "le": "0.5"}, 5),
+                ({"model_name": "quiet", "le": "+Inf"}, 10),
+            ),
+        )
+
+    crs = [llm_cr(n, model=n, **TTFT_CR) for n in ("busy", "quiet", "absent")]
+    attainment = _attainment(handler, crs)
+    attainment.min_requests = 100
+    await attainment.refresh()
+    quiet = attainment.answer("quiet", "llm", crs[1], "28d")["objectives"][0]
+    assert (quiet["status"], quiet["reason"]) == ("no_data", "insufficient_traffic")
+    assert quiet["budgetRemaining"] == pytest.approx(-4)  # its figures are still shown
+
+    def render(routes: list[str], page: int, size: int, full: bool, line: Any) -> bytes:
+        return b"[" + b",".join(line(r) for r in routes) + b"]"
+
+    body, _ = await attainment.page(["absent", "busy", "quiet"], "all", "28d", True, 1, 20, render)
+    # No data below the floor ranks with the routes without data (by name), after busy.
+    assert [item["route"] for item in json.loads(body)] == ["busy", "absent", "quiet"]
