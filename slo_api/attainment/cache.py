@@ -342,8 +342,8 @@ class Attainment:
 
         def by_tag(own: Sequence[str]) -> Callable[[Mapping[str, str]], str]:
             def key(labels: Mapping[str, str]) -> str:
-                tag = labels.get(selectors.TAG, "")
-                return own[int(tag)] if tag.isdigit() and int(tag) < len(own) else ""
+                place = selectors.tag_index(labels, len(own))
+                return "" if place is None else own[place]
 
             return key
 
@@ -812,9 +812,9 @@ class Attainment:
         self.metrics.prometheus_queries.labels("series", "ok").inc()
         points: list[list[list[float]]] = [[] for _ in queries]
         for series in result:
-            tag = series.labels.get(selectors.TAG, "")
-            if tag.isdigit() and int(tag) < len(points):
-                points[int(tag)] = [[t, v] for t, v in series.points][-SERIES_POINTS:]
+            place = selectors.tag_index(series.labels, len(points))
+            if place is not None:
+                points[place] = [[t, v] for t, v in series.points][-SERIES_POINTS:]
         self._series[key] = points
         return points
 

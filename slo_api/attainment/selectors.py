@@ -303,6 +303,16 @@ def series(metric: str, type_: str, threshold_q: float | None, matchers: str, st
     return f"1 / {value}" if metric == "otps" else value
 
 
+def tag_index(labels: Mapping[str, str], count: int) -> int | None:
+    """The place `TAG` names among `count` tagged queries; None for any other value. Only
+    ASCII decimals are places: str.isdigit() admits digits (superscripts) int() refuses."""
+    tag = labels.get(TAG, "")
+    if not (tag.isascii() and tag.isdecimal()):
+        return None
+    place = int(tag)
+    return place if place < count else None
+
+
 def tagged(queries: Sequence[str]) -> str:
     """Several queries in one, each answer tagged with its place."""
     return " or ".join(f'label_replace({q}, "{TAG}", "{i}", "", "")' for i, q in enumerate(queries))

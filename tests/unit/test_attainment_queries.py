@@ -417,3 +417,41 @@ async def test_routes_below_the_traffic_floor_sort_with_no_data_not_by_their_bud
     body, _ = await attainment.page(["absent", "busy", "quiet"], "all", "28d", True, 1, 20, render)
     # No data below the floor ranks with the routes without data (by name), after busy.
     assert [item["route"] for item in json.loads(body)] == ["busy", "absent", "quiet"]
+
+
+async def test_a_tag_that_is_a_digit_but_not_a_number_is_ignored() -> None:
+    # "²" is a digit to str.isdigit() but no int(): an answer carrying one (a relabelling, a
+    # proxy) must not fail the refresh nor a chart, only be left out.
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        tags = ({"slo_api_route": "0"}, {"slo_api_route": "²"})
+        if request.url.path.endswith("/query_range"):
+            points = [[1_800_000_000 - 300, "0.4"], [1_800_000_000, "0.45"]]
+            result = [{"metric": t, "values": points} for t in tags]
+            return httpx.Response(
+                200, json={"status": "success", "data": {"resultType": "matrix", "result": result}}
+            )
+        if "slo_api_route" not in query:
+            return _buckets(query, ("0.5", 95), ("+Inf", 100))
+        if "_bucket" in query:
+            return httpx.Response(
+                200,
+                json=_vector(
+                    *(
+                        (({**t, "le": "0.5"}, 80), ({**t, "le": "+Inf"}, 100))[i]
+                        for t in tags
+                        for i in (0, 1)
+                    )
+                ),
+            )
+        return httpx.Response(200, json=_vector(*((t, 30) for t in tags)))
+
+    cr = llm_cr("own", model="m", **TTFT_CR)
+    cr["metadata"]["annotations"] = {ANNOTATION: '{engine="0"}'}
+    attainment = _attainment(handler, [cr])
+    await attainment.refresh()
+    answer = attainment.answer("own", "llm", cr, "28d")
+    assert answer["source"]["status"] == "ok", answer["source"]
+    assert answer["objectives"][0]["goodRatio"] == pytest.approx(0.8)
+    charted = await attainment.with_series("own", "llm", cr, "1h")
+    assert [p for _, p in charted["objectives"][0]["series"]] == [0.4, 0.45]
