@@ -28,6 +28,7 @@ import httpx
 import yaml
 
 from controlplane.prometheus import Prometheus, binary
+from slo_api.attainment import recorded
 from slo_api.attainment.cache import Attainment
 from slo_api.attainment.prometheus import Prometheus as Client
 from slo_api.attainment.selectors import parse_route_labels
@@ -184,7 +185,8 @@ def measure(routes: int, pods: int, span: int) -> dict[str, Any]:
             without, without_seconds, listing = asyncio.run(_refresh(raw.url, end, crs))
             found, _, _ = rules.objectives(listing)
             document = rules.prometheus_rule(found, "slo-api", None)
-            groups = [g for g in document["spec"]["groups"] if g["name"].endswith(".increase5m")]
+            recording = {recorded.group(f"r{r}") for r in range(routes)}
+            groups = [g for g in document["spec"]["groups"] if g["name"] in recording]
             (workdir / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
             log(f"backfilling {len(groups)} recording groups with promtool")
             _blocks(

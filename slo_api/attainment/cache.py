@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from slo_api.attainment import recorded as recorded_series
 from slo_api.attainment import selectors
 from slo_api.attainment.arithmetic import (
     BURN_WINDOWS,
@@ -482,7 +483,7 @@ class Attainment:
         the window itself, or fewer (said in `narrowed`), or 0 when even 5 minutes load more.
         `per_step` is what the series hold in 5 minutes now: a window holds its multiple."""
         seconds = SECONDS[window]
-        step = selectors.RECORDED_STEP
+        step = recorded_series.STEP_SECONDS
         estimate = per_step * seconds / step
         if estimate <= self.max_samples:
             return seconds

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slo_api.attainment import recorded as recorded_series
 from slo_api.attainment.re2syntax import RegexError, check
 
 ANNOTATION = "slo-api.modelsphere.dev/prometheus-matchers"
@@ -212,12 +213,7 @@ def _re2(value: str) -> str:
 
 
 # -- recorded series ------------------------------------------------------------------------
-# `sloctl rules` records, for each route, the 5-minute increases of its buckets and sum summed
-# over its series, labelled `route` and `metric` (slo_api.cli.rules writes the rules; it imports
-# nothing of the server, so a unit test keeps these names equal to its own).
-RECORDED_BUCKETS = "slo_api:bucket:increase5m"
-RECORDED_SUMS = "slo_api:sum:increase5m"
-RECORDED_STEP = 300
+# What `sloctl rules` records for each route (slo_api.attainment.recorded names them for both).
 
 
 def recorded(seconds: int) -> str:
@@ -227,8 +223,8 @@ def recorded(seconds: int) -> str:
     inclusive in Prometheus 2 and exclusive in 3)."""
     span = f"{seconds * 1000 - 1}ms"
     return (
-        f"sum by (route, metric, le) (sum_over_time({RECORDED_BUCKETS}[{span}]))"
-        f" or sum by (route, metric) (sum_over_time({RECORDED_SUMS}[{span}]))"
+        f"sum by (route, metric, le) (sum_over_time({recorded_series.BUCKETS}[{span}]))"
+        f" or sum by (route, metric) (sum_over_time({recorded_series.SUMS}[{span}]))"
     )
 
 

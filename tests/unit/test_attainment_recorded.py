@@ -111,24 +111,19 @@ def test_sloctl_rules_record_each_routes_increases_every_5_minutes() -> None:
     assert chat["interval"] == "5m"
     assert chat["rules"] == [
         {
-            "record": selectors.RECORDED_BUCKETS,
+            "record": "slo_api:bucket:increase5m",
             "expr": "sum by (le) (increase("
             'vllm:time_to_first_token_seconds_bucket{model_name="m"}[5m]))',
             "labels": {"route": "chat", "metric": "ttft"},
         },
         {
-            "record": selectors.RECORDED_SUMS,
+            "record": "slo_api:sum:increase5m",
             "expr": 'sum(increase(vllm:time_to_first_token_seconds_sum{model_name="m"}[5m]))',
             "labels": {"route": "chat", "metric": "ttft"},
         },
     ]
     own = recording["slo-api.own.increase5m"]["rules"][0]["expr"]
     assert 'model_name="m",engine="1"' in own
-    # The program and the server name the same series (sloctl imports nothing of the server).
-    assert (rules.RECORDED_BUCKETS, rules.RECORDED_SUMS) == (
-        selectors.RECORDED_BUCKETS,
-        selectors.RECORDED_SUMS,
-    )
 
 
 async def test_recorded_routes_are_read_from_their_recorded_series_and_left_out_of_raw_ones() -> (
