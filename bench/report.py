@@ -305,6 +305,16 @@ def _tracing_rows(t: dict[str, Any], size: int, row: Any) -> None:
             )
 
 
+def _coverage(refresh: dict[str, Any]) -> str:
+    """The coverage subqueries' share of a refresh's samples and the most one held at once."""
+    if "coverage_samples" not in refresh:
+        return ""
+    return (
+        f" ({int(refresh['coverage_samples']):,} of them coverage, at most "
+        f"{int(refresh['coverage_peak']):,} at once)"
+    )
+
+
 def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
     """Samples an attainment refresh loads, raw series against the recorded ones."""
     for run in (f or {}).get("runs", []):
@@ -317,10 +327,10 @@ def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
             "(Prometheus's `stats=all`), with the recording rules of `sloctl rules` "
             f"(figures the same: {'yes' if run['same_figures'] else '**no**'}; "
             f"`python -m bench --only fleet`, {run['ran_at']})",
-            f"{int(recorded['samples']):,} samples, {recorded['queries']} queries, "
-            f"{recorded['seconds']:.2f} s",
+            f"{int(recorded['samples']):,} samples{_coverage(recorded)}, "
+            f"{recorded['queries']} queries, {recorded['seconds']:.2f} s",
             "",
-            f"{int(raw['samples']):,} samples, {raw['queries']} queries, "
+            f"{int(raw['samples']):,} samples{_coverage(raw)}, {raw['queries']} queries, "
             f"{raw['seconds']:.2f} s, raw series",
             "",
             f"1/{run['ratio']:.1f}",

@@ -229,19 +229,20 @@ def recorded(seconds: int) -> str:
 
 
 def samples_per_step(metric: str, where: Sequence[str]) -> str:
-    """How many bucket samples 5 minutes of the selected series hold (Prometheus loads
-    a window's worth of them for an `increase` over it): `where` are matchers, one selection
-    each, "" for every series of the metric."""
+    """What 5 minutes of the selected series hold, in one query tagged as `tagged` tags: 0, the
+    bucket samples (Prometheus loads a window's multiple of them for an `increase` over it);
+    1, the histograms (`_count` series: a coverage subquery holds one sample of each per
+    step). `where` are matchers, one selection each, "" for every series of the metric."""
     name = METRICS[metric]
-    return (
-        "sum("
-        + " or ".join(
-            f"count_over_time({name}_bucket{{{m}}}[5m])"
-            if m
-            else f"count_over_time({name}_bucket[5m])"
+
+    def each(series: str, function: str) -> str:
+        return " or ".join(
+            f"{function}({name}{series}{{{m}}}[5m])" if m else f"{function}({name}{series}[5m])"
             for m in where
         )
-        + ")"
+
+    return tagged(
+        [f"sum({each('_bucket', 'count_over_time')})", f"count({each('_count', 'last_over_time')})"]
     )
 
 
@@ -265,24 +266,33 @@ def coverage_step(seconds: int) -> int:
 
 
 def _earliest(name: str, matchers: str, window: str, step: int) -> str:
-    selected = f"{name}_count{{{matchers}}}" if matchers else f"{name}_count"
+    selected = f"{name}{{{matchers}}}" if matchers else name
     return f"min_over_time(timestamp({selected})[{window}:{step}s])"
 
 
-def coverage_grouped(metric: str, labels: Sequence[str], window: str, step: int) -> str:
+def coverage_grouped(
+    metric: str, labels: Sequence[str], window: str, step: int, where: str = ""
+) -> str:
     """Every route's earliest sample within `window` (to within `step`), by the template's
-    labels: where the window Prometheus holds for it begins. No answer: no series."""
+    labels: where the window Prometheus holds for it begins. No answer: no series. `where`
+    keeps the series of some routes alone, as in `grouped`."""
     by = ", ".join(labels)
-    return f"min by ({by}) ({_earliest(METRICS[metric], '', window, step)})"
+    return f"min by ({by}) ({_earliest(METRICS[metric] + '_count', where, window, step)})"
 
 
 def coverage_own(metric: str, routes: Sequence[str], window: str, step: int) -> str:
     """The same for the routes with their own matchers, tagged as `own` tags them."""
-    name = METRICS[metric]
+    name = METRICS[metric] + "_count"
     return " or ".join(
         f'label_replace(min({_earliest(name, m, window, step)}), "{TAG}", "{i}", "", "")'
         for i, m in enumerate(routes)
     )
+
+
+def coverage_recorded(window: str, step: int) -> str:
+    """The same for the routes read from recorded series, by route and metric: their figures
+    rest on what was recorded."""
+    return f"min by (route, metric) ({_earliest(recorded_series.SUMS, '', window, step)})"
 
 
 def series(metric: str, type_: str, threshold_q: float | None, matchers: str, step: str) -> str:

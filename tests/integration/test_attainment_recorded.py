@@ -87,11 +87,12 @@ def _generate(end: int) -> str:
                         rows.setdefault(le, []).append(f"{counts[bound]:.12g} {t}")
                     total += sum(n * (pod + 1) * b * 0.7 for b, n in phase.items())
                     rows.setdefault("sum", []).append(f"{total:.12g} {t}")
+                    rows.setdefault("count", []).append(f"{counts[math.inf]:.12g} {t}")
                 labels = f'model_name="{model}",pod="{pod}"'
                 for le, values in rows.items():
                     series = (
-                        f"{name}_sum{{{labels}}}"
-                        if le == "sum"
+                        f"{name}_{le}{{{labels}}}"
+                        if le in ("sum", "count")
                         else f'{name}_bucket{{{labels},le="{le}"}}'
                     )
                     lines.extend(f"{series} {v}\n" for v in values)
@@ -265,8 +266,13 @@ async def test_recorded_series_give_the_raw_figures(
                         scale = 1 / (1 - got["objective"]) if got["objective"] else 1.0
                         allowed = share * max(abs(value), scale, 1.0)
                         assert abs(got[key] - value) <= allowed, (route, w, key, got[key], value)
-        # Read from the recorded series alone: no raw bucket series was queried.
+        # Read from the recorded series alone: no raw bucket series was queried, and the
+        # coverage is of the recorded series (backfilled over the whole span), not the raw.
         assert not [q for q in sent.queries if "increase(vllm:" in q]
+        assert not [q for q in sent.queries if "timestamp(vllm:" in q]
+        for route, obj in routes:
+            for objective in after.answer(route, "llm", obj, "1d")["objectives"]:
+                assert objective["coverage"]["fraction"] == pytest.approx(1.0, abs=2 / 1000)
         await after.stop()
     finally:
         both.stop()
@@ -290,11 +296,11 @@ async def test_no_raw_query_loads_more_than_max_samples_and_the_answer_says_it_n
         assert f"ATTAINMENT_MAX_SAMPLES ({limit})" in narrowed["ttft"]["reason"]
         # Figures over what was read, not none.
         assert answer["objectives"][0]["goodRatio"] is not None
-        # Prometheus's own count: no query loaded more than the limit, and the windows that
-        # fit were not narrowed.
+        # Prometheus's own count: no query, coverage included, loaded more than the limit,
+        # and the windows that fit were not narrowed.
         raw_queries = {q: n for q, n in sent.loaded.items() if "increase(vllm:" in q}
         assert raw_queries
-        assert max(raw_queries.values()) <= limit, raw_queries
+        assert max(sent.loaded.values()) <= limit, sent.loaded
         assert attainment.answer("chat", "llm", chat, "1h")["narrowed"] == []
     finally:
         await attainment.stop()

@@ -321,7 +321,11 @@ async def test_one_routes_failing_query_leaves_every_other_routes_figures() -> N
     assert others["source"]["status"] == "ok"
     # The joined coverage query of the routes with their own matchers failed too: theirs is
     # unknown (not "no series"), the other routes' is still known.
-    assert others["objectives"][0]["coverage"] == {"since": "2026-12-18T08:00:00Z", "fraction": 1.0}
+    assert others["objectives"][0]["coverage"] == {
+        "since": "2026-12-18T08:00:00Z",
+        "fraction": 1.0,
+        "resolution": "40m19s",
+    }
     mine = attainment.answer("fine", "llm", fine, "28d")
     assert mine["source"]["status"] == "ok"
     assert mine["objectives"][0]["goodRatio"] == pytest.approx(0.8)
