@@ -7,8 +7,9 @@ index of LLM CRs, against Debian's Prometheus backfilled with vLLM-shaped histog
 pods per model scraped every 15 s; the rules are built from slo-api's own answer, backfilled
 over the same data with `promtool tsdb create-blocks-from rules`, and the refresh measured again
 on a Prometheus holding both. The span is short (a real 28 days would be billions of samples to
-backfill): every window longer than it loads the span, so the ratio is the one for any span,
-and docs/operating.md gives the formula for 28 days.
+backfill): every window longer than it loads the span, so the figures' ratio is the one for any
+span; coverage's subqueries find fewer steps in a short span than in 28 days (their share is
+counted apart), and docs/operating.md gives the formula for 28 days, coverage included.
 """
 
 from __future__ import annotations

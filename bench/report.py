@@ -659,9 +659,12 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   one attainment refresh loads, summed from Prometheus's own query statistics (`stats=all`,
   `totalQueryableSamples`), over Debian's Prometheus backfilled with vLLM-shaped histograms of
   several pods per model scraped every 15 s, first from the raw series, then with the recording
-  rules `sloctl rules` writes for those routes backfilled by promtool. The span is short (28
-  days of a fleet are billions of samples to backfill); the ratio does not depend on it, and
-  docs/operating.md gives the formula for 28 days.
+  rules `sloctl rules` writes for those routes backfilled by promtool; the coverage subqueries'
+  share (each window's earliest sample) is said apart, with the most one held at once. The span
+  is short (28 days of a fleet are billions of samples to backfill): the figures' ratio does not
+  depend on it, but coverage looks at a thousandth of each window, so over a short span it finds
+  fewer steps than over 28 days held (a larger, still small, share then: docs/operating.md gives
+  the formula for 28 days, coverage included).
 - **Change stream fan-out** (`python -m bench --only fanout` runs just this), once with 1,000
   and once with 5,000 `GET /config?watch=true` streams (`--watchers`), each run against a fresh
   slo-api, held by four watcher processes while the bench merge-patches LLM CRs straight to the
