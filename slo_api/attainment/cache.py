@@ -524,13 +524,15 @@ class Attainment:
         None when even one step a window holds more."""
         seconds = SECONDS[window]
         step = selectors.coverage_step(seconds)
-        if histograms * (seconds // step + 1) <= self.max_samples:
+        # Every histogram's steps, and one histogram's again while `min_over_time` reads them.
+        held = histograms + 1
+        if held * (seconds // step + 1) <= self.max_samples:
             return step
-        if histograms * 2 > self.max_samples:
+        if held * 2 > self.max_samples:
             return None
         # The fewest whole minutes that keep the steps (one more than fit in the window) in.
-        steps = int(self.max_samples // histograms) - 1
-        return -(-seconds // steps // 60) * 60 if steps > 0 else None
+        steps = int(self.max_samples // held) - 1
+        return -(-seconds // steps // 60) * 60
 
     def _narrowed(
         self,

@@ -7,7 +7,6 @@ match, objective by objective."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import subprocess
@@ -15,7 +14,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
@@ -31,6 +29,7 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings
 from tests.integration.attainment_data import TPOT, TPOT_BOUNDS, TTFT, TTFT_BOUNDS
+from tests.integration.prometheus_stats import Recording
 
 pytestmark = pytest.mark.integration
 
@@ -117,38 +116,6 @@ def _crs() -> list[dict[str, Any]]:
     own = cr("chat-pod0", "chat-7b")
     own["metadata"]["annotations"] = {ANNOTATION: '{model_name="chat-7b", pod="0"}'}
     return [cr("chat", "chat-7b"), cr("code", "code-13b"), own]
-
-
-class Recording(httpx.AsyncHTTPTransport):
-    """The real transport, keeping each query sent and the samples Prometheus says it loaded
-    for it (`stats=all`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.queries: list[str] = []
-        self.loaded: dict[str, int] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
-        query = form.get("query", "")
-        self.queries.append(query)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
-        asked = httpx.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            content=urlencode({**form, "stats": "all"}).encode(),
-        )
-        answer = await super().handle_async_request(asked)
-        content = await answer.aread()
-        stats = (json.loads(content).get("data") or {}).get("stats") or {}
-        self.loaded[query] = int((stats.get("samples") or {}).get("totalQueryableSamples", 0))
-        kept = {
-            k: v
-            for k, v in answer.headers.items()
-            if k.lower() not in ("content-encoding", "content-length")
-        }
-        return httpx.Response(answer.status_code, headers=kept, content=content)
 
 
 def _attainment(

@@ -273,7 +273,8 @@ async def test_a_coverage_query_past_max_samples_looks_at_a_coarser_step_and_say
         return _vector()
 
     cr = llm_cr("r0", model="m0", **TTFT_CR)
-    # 3,000 histograms x 1,001 steps of 28 days hold 3,003,000 samples at once: past 1,000,000.
+    # 3,000 histograms x 1,001 steps of 28 days hold about 3,003,000 samples at once (and one
+    # histogram's steps more as they are reduced): past 1,000,000.
     attainment = _attainment(handler, [cr], 1_000_000)
     await attainment.refresh()
     (objective,) = attainment.answer("r0", "llm", cr, "28d")["objectives"]
