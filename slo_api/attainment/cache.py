@@ -315,30 +315,19 @@ class Attainment:
                 if p == plural:
                     yield route, obj
 
-    async def _own_matchers(self) -> list[str]:
-        """The matchers of every LLM route that names its own, once each."""
-        own = set()
-        async for obj in self._objects("llm"):
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if selectors.ANNOTATION in annotations:
-                matchers = selector_of(obj, self.labels).matchers
-                if matchers is not None:
-                    own.add(matchers)
-        return sorted(own)
-
     async def _query_all(self, at: float) -> Snapshot:
-        own_all = await self._own_matchers()
         names = self.label_names
         recorded = await self._recorded(at)
         covered = {
             metric: frozenset(r for w in recorded.values() for r in w.get(metric, {}))
             for metric in selectors.METRICS
         }
-        routes = (
-            [(route, selector_of(obj, self.labels)) async for route, obj in self._claims("llm")]
-            if any(covered.values())
-            else []
-        )
+        # Each LLM route's series and the metrics it has targets on: no figure is read from a
+        # metric's raw series for a route without targets on it.
+        routes = [
+            (route, selector_of(obj, self.labels), _targeted(obj))
+            async for route, obj in self._claims("llm")
+        ]
 
         def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
             return tuple(labels.get(n, "") for n in names)
@@ -405,18 +394,23 @@ class Attainment:
         # and how many histograms each selection holds (for the coverage queries' guard)
         scopes: dict[str, tuple[bool, str, list[str], float, float]] = {}
         for metric in selectors.METRICS:
-            # Without recorded series every route's raw ones, as before; with some, only the
-            # raw series of the routes without.
+            # The routes with targets on the metric: without recorded series every series'
+            # (by the template's labels), and the routes' own matchers; with some, only the
+            # raw series of the routes without. None at all when no route has targets on it.
+            wanting = [
+                (r, s) for r, s, targeted in routes if metric in targeted and s.problem is None
+            ]
             values: list[tuple[str, ...]] = []
-            own = own_all
             where = ""
+            rest = [s for r, s in wanting if r not in covered[metric]]
+            own = sorted({s.own for s in rest if s.own is not None})
             if covered[metric]:
-                rest = [s for r, s in routes if r not in covered[metric] and s.problem is None]
                 values = sorted({tuple(v for _, v in s.values) for s in rest if s.own is None})
-                own = sorted({s.own for s in rest if s.own is not None})
                 if len(values) <= ONLY_ROUTES:
                     where = selectors.only(names, values)
-            raw = not covered[metric] or bool(values)
+                raw = bool(values)
+            else:
+                raw = any(s.own is None for s in rest)
             # What 5 minutes of the series hold, for the max-samples guard.
             grouped_step, grouped_series = (
                 await self._samples_per_step(metric, [where], at) if raw else (0.0, 0.0)
@@ -1027,6 +1021,21 @@ class Attainment:
                 # the next builds it again.
                 self._orders[order_key] = order
         return order
+
+
+def _targeted(obj: Obj) -> frozenset[str]:
+    """The metrics an LLM CR has targets on that attainment reads (as `_latency` reads them)."""
+    spec = obj.get("spec") or {}
+    return frozenset(
+        metric
+        for metric in selectors.METRICS
+        if any(
+            isinstance(m, dict)
+            and (m.get("type") in PERCENTILES or m.get("type") == "avg")
+            and isinstance(m.get("threshold"), int | float)
+            for m in ((spec.get(metric) or {}).get("default") or {}).get("metrics") or []
+        )
+    )
 
 
 def _alerting(spec: Obj) -> list[Obj]:

@@ -294,3 +294,24 @@ async def test_a_coverage_query_past_max_samples_looks_at_a_coarser_step_and_say
     (objective,) = attainment.answer("r0", "llm", cr, "28d")["objectives"]
     assert objective["coverage"] is None
     assert objective["goodRatio"] == pytest.approx(0.95)
+
+
+async def test_no_raw_series_are_read_for_a_metric_no_route_has_targets_on() -> None:
+    queries: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        queries.append(query)
+        if query.startswith("sum by (route, metric, le)"):
+            return _vector(*_histogram({"route": "r0", "metric": "ttft"}, 80, 100))
+        return _vector()
+
+    # Every route has TTFT targets only, and is recorded: the raw OTPS series are nobody's
+    # figures, so reading them would cost a refresh about as much as no rules at all.
+    cr = llm_cr("r0", model="m0", **TTFT_CR)
+    attainment = _attainment(handler, [cr], 50_000_000)
+    await attainment.refresh()
+    assert not [q for q in queries if "vllm:" in q]
+    assert attainment.answer("r0", "llm", cr, "28d")["objectives"][0]["goodRatio"] == (
+        pytest.approx(0.8)
+    )
