@@ -305,6 +305,16 @@ def _tracing_rows(t: dict[str, Any], size: int, row: Any) -> None:
             )
 
 
+def _coverage(refresh: dict[str, Any]) -> str:
+    """The coverage subqueries' share of a refresh's samples and the most one held at once."""
+    if "coverage_samples" not in refresh:
+        return ""
+    return (
+        f" ({int(refresh['coverage_samples']):,} of them coverage, at most "
+        f"{int(refresh['coverage_peak']):,} at once)"
+    )
+
+
 def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
     """Samples an attainment refresh loads, raw series against the recorded ones."""
     for run in (f or {}).get("runs", []):
@@ -317,10 +327,10 @@ def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
             "(Prometheus's `stats=all`), with the recording rules of `sloctl rules` "
             f"(figures the same: {'yes' if run['same_figures'] else '**no**'}; "
             f"`python -m bench --only fleet`, {run['ran_at']})",
-            f"{int(recorded['samples']):,} samples, {recorded['queries']} queries, "
-            f"{recorded['seconds']:.2f} s",
+            f"{int(recorded['samples']):,} samples{_coverage(recorded)}, "
+            f"{recorded['queries']} queries, {recorded['seconds']:.2f} s",
             "",
-            f"{int(raw['samples']):,} samples, {raw['queries']} queries, "
+            f"{int(raw['samples']):,} samples{_coverage(raw)}, {raw['queries']} queries, "
             f"{raw['seconds']:.2f} s, raw series",
             "",
             f"1/{run['ratio']:.1f}",
@@ -649,9 +659,12 @@ run (slo-api row / baseline row), to show it was not the bottleneck.
   one attainment refresh loads, summed from Prometheus's own query statistics (`stats=all`,
   `totalQueryableSamples`), over Debian's Prometheus backfilled with vLLM-shaped histograms of
   several pods per model scraped every 15 s, first from the raw series, then with the recording
-  rules `sloctl rules` writes for those routes backfilled by promtool. The span is short (28
-  days of a fleet are billions of samples to backfill); the ratio does not depend on it, and
-  docs/operating.md gives the formula for 28 days.
+  rules `sloctl rules` writes for those routes backfilled by promtool; the coverage subqueries'
+  share (each window's earliest sample) is said apart, with the most one held at once. The span
+  is short (28 days of a fleet are billions of samples to backfill): the figures' ratio does not
+  depend on it, but coverage looks at a thousandth of each window, so over a short span it finds
+  fewer steps than over 28 days held (a larger, still small, share then: docs/operating.md gives
+  the formula for 28 days, coverage included).
 - **Change stream fan-out** (`python -m bench --only fanout` runs just this), once with 1,000
   and once with 5,000 `GET /config?watch=true` streams (`--watchers`), each run against a fresh
   slo-api, held by four watcher processes while the bench merge-patches LLM CRs straight to the

@@ -339,7 +339,9 @@ class Settings(BaseSettings):
         ge=1000,
         description="Most samples one attainment query of raw series may load (estimated from "
         "what 5 minutes of them hold): a longer window is narrowed to fit, and the answer's "
-        "`narrowed` says so. Routes recorded by `sloctl rules` are read from 20x fewer samples.",
+        "`narrowed` says so; a coverage subquery looks at a coarser step to hold at most this "
+        "many, and `coverage.resolution` says which. Routes recorded by `sloctl rules` are read "
+        "from 20x fewer samples.",
     )
 
     @field_validator("log_level", mode="before")

@@ -169,10 +169,16 @@ class GoodRatioBounds(BaseModel):
 
 class Coverage(BaseModel):
     """The part of the window Prometheus holds for the route: from its earliest sample (to
-    within a thousandth of the window, at least a minute)."""
+    within `resolution`), of the series its figures are read from (the recorded ones when
+    `sloctl rules` records the route)."""
 
     since: str = Field(description="RFC 3339 UTC time of the earliest sample in the window")
     fraction: float = Field(description="Of the window held, 0 to 1")
+    resolution: str = Field(
+        description="The step the earliest sample was looked for at (`40m19s`): a thousandth "
+        "of the window, at least a minute, coarser when a finer one would hold more than "
+        "ATTAINMENT_MAX_SAMPLES samples at once"
+    )
 
 
 class ExhaustsAt(BaseModel):

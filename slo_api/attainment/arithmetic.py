@@ -380,6 +380,12 @@ def queue_objective(max_depth: int, now: float | None, good_steps: float | None)
 
 
 def lowest_budget(objectives: Sequence[Obj]) -> float | None:
-    """What `sort=budget` orders routes by: the lowest budget remaining among the objectives."""
-    budgets = [o["budgetRemaining"] for o in objectives if o.get("budgetRemaining") is not None]
+    """What `sort=budget` orders routes by: the lowest budget remaining among the objectives
+    with data. One below the traffic floor keeps its figures but ranks as its status says, no
+    data: a handful of requests must not put a route first."""
+    budgets = [
+        o["budgetRemaining"]
+        for o in objectives
+        if o.get("budgetRemaining") is not None and o.get("status") != "no_data"
+    ]
     return min(budgets) if budgets else None

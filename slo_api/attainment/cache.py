@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from slo_api.attainment import recorded as recorded_series
 from slo_api.attainment import selectors
 from slo_api.attainment.arithmetic import (
     BURN_WINDOWS,
@@ -118,6 +119,11 @@ class Snapshot:
     # earliest sample Prometheus holds in the window (None, or a window and metric missing:
     # unknown; a route missing: no series)
     earliest: Mapping[str, Mapping[str, Mapping[Any, float | None]]] = field(default_factory=dict)
+    # window -> metric -> route -> the earliest recorded sample, for the routes `covered`
+    earliest_recorded: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+    # (window, metric, source) -> the step each coverage query ran at (source: "raw", "own" or
+    # "recorded"); missing: not queried (unknown)
+    coverage_steps: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -309,30 +315,19 @@ class Attainment:
                 if p == plural:
                     yield route, obj
 
-    async def _own_matchers(self) -> list[str]:
-        """The matchers of every LLM route that names its own, once each."""
-        own = set()
-        async for obj in self._objects("llm"):
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if selectors.ANNOTATION in annotations:
-                matchers = selector_of(obj, self.labels).matchers
-                if matchers is not None:
-                    own.add(matchers)
-        return sorted(own)
-
     async def _query_all(self, at: float) -> Snapshot:
-        own_all = await self._own_matchers()
         names = self.label_names
         recorded = await self._recorded(at)
         covered = {
             metric: frozenset(r for w in recorded.values() for r in w.get(metric, {}))
             for metric in selectors.METRICS
         }
-        routes = (
-            [(route, selector_of(obj, self.labels)) async for route, obj in self._claims("llm")]
-            if any(covered.values())
-            else []
-        )
+        # Each LLM route's series and the metrics it has targets on: no figure is read from a
+        # metric's raw series for a route without targets on it.
+        routes = [
+            (route, selector_of(obj, self.labels), _targeted(obj))
+            async for route, obj in self._claims("llm")
+        ]
 
         def by_values(labels: Mapping[str, str]) -> tuple[str, ...]:
             return tuple(labels.get(n, "") for n in names)
@@ -342,8 +337,8 @@ class Attainment:
 
         def by_tag(own: Sequence[str]) -> Callable[[Mapping[str, str]], str]:
             def key(labels: Mapping[str, str]) -> str:
-                tag = labels.get(selectors.TAG, "")
-                return own[int(tag)] if tag.isdigit() and int(tag) < len(own) else ""
+                place = selectors.tag_index(labels, len(own))
+                return "" if place is None else own[place]
 
             return key
 
@@ -395,29 +390,42 @@ class Attainment:
             return histograms(buckets, sums, key)
 
         jobs: list[tuple[str, str, bool, Awaitable[Any]]] = []
+        # metric -> whether raw series are queried, their matchers, the own matchers queried,
+        # and how many histograms each selection holds (for the coverage queries' guard)
+        scopes: dict[str, tuple[bool, str, list[str], float, float]] = {}
         for metric in selectors.METRICS:
-            # Without recorded series every route's raw ones, as before; with some, only the
-            # raw series of the routes without.
+            # The routes with targets on the metric: without recorded series every series'
+            # (by the template's labels), and the routes' own matchers; with some, only the
+            # raw series of the routes without. None at all when no route has targets on it.
+            wanting = [
+                (r, s) for r, s, targeted in routes if metric in targeted and s.problem is None
+            ]
             values: list[tuple[str, ...]] = []
-            own = own_all
             where = ""
+            rest = [s for r, s in wanting if r not in covered[metric]]
+            own = sorted({s.own for s in rest if s.own is not None})
             if covered[metric]:
-                rest = [s for r, s in routes if r not in covered[metric] and s.problem is None]
                 values = sorted({tuple(v for _, v in s.values) for s in rest if s.own is None})
-                own = sorted({s.own for s in rest if s.own is not None})
                 if len(values) <= ONLY_ROUTES:
                     where = selectors.only(names, values)
-            raw = not covered[metric] or bool(values)
+                raw = bool(values)
+            else:
+                raw = any(s.own is None for s in rest)
             # What 5 minutes of the series hold, for the max-samples guard.
-            grouped_step = await self._samples_per_step(metric, [where], at) if raw else 0.0
+            grouped_step, grouped_series = (
+                await self._samples_per_step(metric, [where], at) if raw else (0.0, 0.0)
+            )
             try:
-                own_step = await self._samples_per_step(metric, own, at) if own else 0.0
+                own_step, own_series = (
+                    await self._samples_per_step(metric, own, at) if own else (0.0, 0.0)
+                )
             except PrometheusError as exc:
                 if exc.cause not in ("query", "timeout"):
                     raise
                 # A route's own matchers that Prometheus refuses: each_own finds which, and
                 # only that route is unavailable; the others' queries are not narrowed.
-                own_step = 0.0
+                own_step, own_series = 0.0, 0.0
+            scopes[metric] = (raw, where, own, grouped_series, own_series)
 
             def raw_queries(w: str, m: str = metric, wh: str = where) -> tuple[str, str]:
                 return selectors.grouped(m, names, w, wh)
@@ -428,25 +436,54 @@ class Attainment:
                     jobs.append((window, metric, False, job))
                 if own:
                     jobs.append((window, metric, True, each_own(window, metric, own, own_step)))
+        # Coverage of the routes read from raw series, and of those read from recorded series
+        # (from those: their figures rest on them); never of series no figure is read from.
+        steps: dict[tuple[str, str, str], int] = {}
         coverage = [
             (
                 window,
                 metric,
-                self._earliest(window, metric, own_all, by_values, by_tag(own_all), at),
+                self._earliest(window, metric, scopes[metric], by_values, by_tag, steps, at),
             )
             for window in WINDOWS
             for metric in selectors.METRICS
         ]
-        results = await _all([job for *_, job in jobs] + [job for *_, job in coverage])
+        histograms_recorded = sum(len(routes) for routes in recorded.get("28d", {}).values())
+        coverage_recorded = [
+            (window, self._earliest_recorded(window, histograms_recorded, steps, at))
+            for window in (WINDOWS if any(covered.values()) else ())
+        ]
+        results = await _all(
+            [job for *_, job in jobs]
+            + [job for *_, job in coverage]
+            + [job for _, job in coverage_recorded]
+        )
         grouped: dict[str, dict[str, Mapping[tuple[str, ...], Histogram]]] = {}
         owned: dict[str, dict[str, Mapping[str, Histogram]]] = {}
         for (window, metric, is_own, _), result in zip(jobs, results[: len(jobs)], strict=True):
             (owned if is_own else grouped).setdefault(window, {})[metric] = result
         earliest: dict[str, dict[str, Mapping[Any, float | None]]] = {}
-        for (window, metric, _), found in zip(coverage, results[len(jobs) :], strict=True):
+        ends = len(jobs) + len(coverage)
+        for (window, metric, _), found in zip(coverage, results[len(jobs) : ends], strict=True):
             if found is not None:
                 earliest.setdefault(window, {})[metric] = found
-        return Snapshot(at, grouped, owned, problems, recorded, covered, narrowed, earliest)
+        earliest_recorded = {
+            window: found
+            for (window, _), found in zip(coverage_recorded, results[ends:], strict=True)
+            if found is not None
+        }
+        return Snapshot(
+            at,
+            grouped,
+            owned,
+            problems,
+            recorded,
+            covered,
+            narrowed,
+            earliest,
+            earliest_recorded,
+            steps,
+        )
 
     async def _recorded(self, at: float) -> dict[str, dict[str, dict[str, Histogram]]]:
         """Each window's histograms of the routes `sloctl rules` records, by metric and route."""
@@ -466,9 +503,30 @@ class Attainment:
         results = await _all([one(w) for w in QUERIED])
         return dict(zip(QUERIED, results, strict=True))
 
-    async def _samples_per_step(self, metric: str, where: Sequence[str], at: float) -> float:
+    async def _samples_per_step(
+        self, metric: str, where: Sequence[str], at: float
+    ) -> tuple[float, float]:
+        """The bucket samples 5 minutes of the selected series hold, and their histograms."""
         counted = await self._query("samples", selectors.samples_per_step(metric, where), at)
-        return counted[0].value if counted else 0.0
+        found = {selectors.tag_index(s.labels, 2): s.value for s in counted}
+        return found.get(0, 0.0), found.get(1, 0.0)
+
+    def _coverage_step(self, window: str, histograms: float) -> int | None:
+        """The step of a coverage subquery over `window` of that many histograms: a
+        thousandth of the window (at least a minute), or coarser so it holds at most
+        max_samples at once (Prometheus holds a subquery's every step: `--query.max-samples`);
+        None when even one step a window holds more."""
+        seconds = SECONDS[window]
+        step = selectors.coverage_step(seconds)
+        # Every histogram's steps, and one histogram's again while `min_over_time` reads them.
+        held = histograms + 1
+        if held * (seconds // step + 1) <= self.max_samples:
+            return step
+        if held * 2 > self.max_samples:
+            return None
+        # The fewest whole minutes that keep the steps (one more than fit in the window) in.
+        steps = int(self.max_samples // held) - 1
+        return -(-seconds // steps // 60) * 60
 
     def _narrowed(
         self,
@@ -482,7 +540,7 @@ class Attainment:
         the window itself, or fewer (said in `narrowed`), or 0 when even 5 minutes load more.
         `per_step` is what the series hold in 5 minutes now: a window holds its multiple."""
         seconds = SECONDS[window]
-        step = selectors.RECORDED_STEP
+        step = recorded_series.STEP_SECONDS
         estimate = per_step * seconds / step
         if estimate <= self.max_samples:
             return seconds
@@ -505,35 +563,86 @@ class Attainment:
         self,
         window: str,
         metric: str,
-        own: Sequence[str],
+        scope: tuple[bool, str, list[str], float, float],
         by_values: Callable[[Mapping[str, str]], Any],
-        by_tag: Callable[[Mapping[str, str]], Any],
+        by_tag: Callable[[Sequence[str]], Callable[[Mapping[str, str]], Any]],
+        steps: dict[tuple[str, str, str], int],
         at: float,
     ) -> dict[Any, float | None] | None:
-        """Each route's earliest sample in `window` (see Snapshot.earliest); None (for all
+        """Each route's earliest raw sample in `window` (see Snapshot.earliest), of the
+        routes read from raw series (`scope`, as the raw queries select them); None (for all
         routes, or for a route with its own matchers) when Prometheus refused or gave up on
-        the query: coverage unknown, the figures stand."""
-        step = selectors.coverage_step(SECONDS[window])
+        the query, or when it would hold more than max_samples: coverage unknown, the figures
+        stand."""
+        raw, where, own, grouped_histograms, own_histograms = scope
 
         async def ask(expr: str, key: Callable[[Mapping[str, str]], Any]) -> dict[Any, float]:
             return {key(s.labels): s.value for s in await self._query("coverage", expr, at)}
 
-        grouped = selectors.coverage_grouped(metric, self.label_names, window, step)
-        try:
-            found: dict[Any, float | None] = dict(await ask(grouped, by_values))
-        except PrometheusError as exc:
-            if exc.cause not in ("query", "timeout"):
-                raise
-            return None
-        if own:
+        found: dict[Any, float | None] = {}
+        step = self._coverage_step(window, grouped_histograms)
+        if raw:
+            if step is None:
+                self._too_many(window, metric, grouped_histograms)
+                return None
+            steps[(window, metric, "raw")] = step
+            grouped = selectors.coverage_grouped(metric, self.label_names, window, step, where)
             try:
-                found.update(await ask(selectors.coverage_own(metric, own, window, step), by_tag))
+                found.update(await ask(grouped, by_values))
+            except PrometheusError as exc:
+                if exc.cause not in ("query", "timeout"):
+                    raise
+                return None
+        if own:
+            step = self._coverage_step(window, own_histograms)
+            if step is None:
+                self._too_many(window, metric, own_histograms)
+                found.update({m: None for m in own})
+                return found
+            steps[(window, metric, "own")] = step
+            try:
+                found.update(
+                    await ask(selectors.coverage_own(metric, own, window, step), by_tag(own))
+                )
             except PrometheusError as exc:
                 if exc.cause not in ("query", "timeout"):
                     raise
                 # Unknown for these routes, not "no series".
                 found.update({m: None for m in own})
         return found
+
+    async def _earliest_recorded(
+        self, window: str, histograms: float, steps: dict[tuple[str, str, str], int], at: float
+    ) -> dict[str, dict[str, float]] | None:
+        """Each recorded route's earliest recorded sample in `window`, by metric and route;
+        None when unknown (refused, given up on, or more than max_samples)."""
+        step = self._coverage_step(window, histograms)
+        if step is None:
+            self._too_many(window, "recorded", histograms)
+            return None
+        try:
+            samples = await self._query("coverage", selectors.coverage_recorded(window, step), at)
+        except PrometheusError as exc:
+            if exc.cause not in ("query", "timeout"):
+                raise
+            return None
+        out: dict[str, dict[str, float]] = {}
+        for sample in samples:
+            metric = sample.labels.get("metric", "")
+            out.setdefault(metric, {})[sample.labels.get("route", "")] = sample.value
+        for metric in out:
+            steps[(window, metric, "recorded")] = step
+        return out
+
+    def _too_many(self, window: str, metric: str, histograms: float) -> None:
+        log.warning(
+            "the %s coverage of %s is not queried: %g histograms hold more samples than "
+            "ATTAINMENT_MAX_SAMPLES (%d) at one step a window; coverage unknown",
+            window,
+            metric,
+            histograms,
+            self.max_samples,
+        )
 
     async def _read_queues(self, at: float) -> None:
         """Each job route's queue (each distinct query and maxDepth once); a failing query
@@ -709,18 +818,28 @@ class Attainment:
 
         def coverage(metric: str) -> tuple[bool, Obj | None]:
             """Whether the selector matched any series in the window (True when unknown),
-            and the part of the window Prometheus holds for it."""
-            known = snapshot.earliest.get(window, {}).get(metric)
+            and the part of the window Prometheus holds for it: of the series the figures
+            are read from (the recorded ones for a recorded route)."""
+            known: Mapping[Any, float | None] | None
+            if route in snapshot.covered.get(metric, ()):
+                source, found = "recorded", route
+                recorded = snapshot.earliest_recorded.get(window)
+                known = None if recorded is None else recorded.get(metric, {})
+            else:
+                source, found = ("raw" if selector.own is None else "own"), key
+                known = snapshot.earliest.get(window, {}).get(metric)
+            step = snapshot.coverage_steps.get((window, metric, source))
             if known is None:
                 return True, None
-            if key not in known:
+            if found not in known:
                 return False, None
-            first = known[key]
-            if first is None:
+            first = known[found]
+            if first is None or step is None:
                 return True, None
             since = max(first, snapshot.at - span)
             fraction = min((snapshot.at - since) / span, 1.0)
-            return True, {"since": rfc3339(since), "fraction": fraction}
+            shown = {"since": rfc3339(since), "fraction": fraction, "resolution": duration(step)}
+            return True, shown
 
         def forecast(objective: Obj) -> Obj:
             hours = objective.pop("exhaustsIn", None)
@@ -812,9 +931,9 @@ class Attainment:
         self.metrics.prometheus_queries.labels("series", "ok").inc()
         points: list[list[list[float]]] = [[] for _ in queries]
         for series in result:
-            tag = series.labels.get(selectors.TAG, "")
-            if tag.isdigit() and int(tag) < len(points):
-                points[int(tag)] = [[t, v] for t, v in series.points][-SERIES_POINTS:]
+            place = selectors.tag_index(series.labels, len(points))
+            if place is not None:
+                points[place] = [[t, v] for t, v in series.points][-SERIES_POINTS:]
         self._series[key] = points
         return points
 
@@ -902,6 +1021,21 @@ class Attainment:
                 # the next builds it again.
                 self._orders[order_key] = order
         return order
+
+
+def _targeted(obj: Obj) -> frozenset[str]:
+    """The metrics an LLM CR has targets on that attainment reads (as `_latency` reads them)."""
+    spec = obj.get("spec") or {}
+    return frozenset(
+        metric
+        for metric in selectors.METRICS
+        if any(
+            isinstance(m, dict)
+            and (m.get("type") in PERCENTILES or m.get("type") == "avg")
+            and isinstance(m.get("threshold"), int | float)
+            for m in ((spec.get(metric) or {}).get("default") or {}).get("metrics") or []
+        )
+    )
 
 
 def _alerting(spec: Obj) -> list[Obj]:

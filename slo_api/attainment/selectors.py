@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slo_api.attainment import recorded as recorded_series
 from slo_api.attainment.re2syntax import RegexError, check
 
 ANNOTATION = "slo-api.modelsphere.dev/prometheus-matchers"
@@ -212,12 +213,7 @@ def _re2(value: str) -> str:
 
 
 # -- recorded series ------------------------------------------------------------------------
-# `sloctl rules` records, for each route, the 5-minute increases of its buckets and sum summed
-# over its series, labelled `route` and `metric` (slo_api.cli.rules writes the rules; it imports
-# nothing of the server, so a unit test keeps these names equal to its own).
-RECORDED_BUCKETS = "slo_api:bucket:increase5m"
-RECORDED_SUMS = "slo_api:sum:increase5m"
-RECORDED_STEP = 300
+# What `sloctl rules` records for each route (slo_api.attainment.recorded names them for both).
 
 
 def recorded(seconds: int) -> str:
@@ -227,25 +223,26 @@ def recorded(seconds: int) -> str:
     inclusive in Prometheus 2 and exclusive in 3)."""
     span = f"{seconds * 1000 - 1}ms"
     return (
-        f"sum by (route, metric, le) (sum_over_time({RECORDED_BUCKETS}[{span}]))"
-        f" or sum by (route, metric) (sum_over_time({RECORDED_SUMS}[{span}]))"
+        f"sum by (route, metric, le) (sum_over_time({recorded_series.BUCKETS}[{span}]))"
+        f" or sum by (route, metric) (sum_over_time({recorded_series.SUMS}[{span}]))"
     )
 
 
 def samples_per_step(metric: str, where: Sequence[str]) -> str:
-    """How many bucket samples 5 minutes of the selected series hold (Prometheus loads
-    a window's worth of them for an `increase` over it): `where` are matchers, one selection
-    each, "" for every series of the metric."""
+    """What 5 minutes of the selected series hold, in one query tagged as `tagged` tags: 0, the
+    bucket samples (Prometheus loads a window's multiple of them for an `increase` over it);
+    1, the histograms (`_count` series: a coverage subquery holds one sample of each per
+    step). `where` are matchers, one selection each, "" for every series of the metric."""
     name = METRICS[metric]
-    return (
-        "sum("
-        + " or ".join(
-            f"count_over_time({name}_bucket{{{m}}}[5m])"
-            if m
-            else f"count_over_time({name}_bucket[5m])"
+
+    def each(series: str, function: str) -> str:
+        return " or ".join(
+            f"{function}({name}{series}{{{m}}}[5m])" if m else f"{function}({name}{series}[5m])"
             for m in where
         )
-        + ")"
+
+    return tagged(
+        [f"sum({each('_bucket', 'count_over_time')})", f"count({each('_count', 'last_over_time')})"]
     )
 
 
@@ -269,24 +266,33 @@ def coverage_step(seconds: int) -> int:
 
 
 def _earliest(name: str, matchers: str, window: str, step: int) -> str:
-    selected = f"{name}_count{{{matchers}}}" if matchers else f"{name}_count"
+    selected = f"{name}{{{matchers}}}" if matchers else name
     return f"min_over_time(timestamp({selected})[{window}:{step}s])"
 
 
-def coverage_grouped(metric: str, labels: Sequence[str], window: str, step: int) -> str:
+def coverage_grouped(
+    metric: str, labels: Sequence[str], window: str, step: int, where: str = ""
+) -> str:
     """Every route's earliest sample within `window` (to within `step`), by the template's
-    labels: where the window Prometheus holds for it begins. No answer: no series."""
+    labels: where the window Prometheus holds for it begins. No answer: no series. `where`
+    keeps the series of some routes alone, as in `grouped`."""
     by = ", ".join(labels)
-    return f"min by ({by}) ({_earliest(METRICS[metric], '', window, step)})"
+    return f"min by ({by}) ({_earliest(METRICS[metric] + '_count', where, window, step)})"
 
 
 def coverage_own(metric: str, routes: Sequence[str], window: str, step: int) -> str:
     """The same for the routes with their own matchers, tagged as `own` tags them."""
-    name = METRICS[metric]
+    name = METRICS[metric] + "_count"
     return " or ".join(
         f'label_replace(min({_earliest(name, m, window, step)}), "{TAG}", "{i}", "", "")'
         for i, m in enumerate(routes)
     )
+
+
+def coverage_recorded(window: str, step: int) -> str:
+    """The same for the routes read from recorded series, by route and metric: their figures
+    rest on what was recorded."""
+    return f"min by (route, metric) ({_earliest(recorded_series.SUMS, '', window, step)})"
 
 
 def series(metric: str, type_: str, threshold_q: float | None, matchers: str, step: str) -> str:
@@ -301,6 +307,16 @@ def series(metric: str, type_: str, threshold_q: float | None, matchers: str, st
         f"sum by (le) (increase({name}_bucket{{{matchers}}}[{step}])))"
     )
     return f"1 / {value}" if metric == "otps" else value
+
+
+def tag_index(labels: Mapping[str, str], count: int) -> int | None:
+    """The place `TAG` names among `count` tagged queries; None for any other value. Only
+    ASCII decimals are places: str.isdigit() admits digits (superscripts) int() refuses."""
+    tag = labels.get(TAG, "")
+    if not (tag.isascii() and tag.isdecimal()):
+        return None
+    place = int(tag)
+    return place if place < count else None
 
 
 def tagged(queries: Sequence[str]) -> str:

@@ -24,6 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+# The one module of the server sloctl imports: the names of the series the server reads.
+from slo_api.attainment import recorded
+
 # vLLM's histograms (vllm/v1/metrics/loggers.py).
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
@@ -34,12 +37,6 @@ SUMMARIES = {"page": "spends its error budget fast", "ticket": "spends its error
 BUCKET_ALERT = "SLOThresholdBucketMissing"
 # How long the bucket must be missing before its alert fires: the page's long window.
 BUCKET_ABSENT_FOR = "1h"
-# The series slo-api reads in place of the raw ones (slo_api.attainment.selectors names them
-# for the server, which this program imports nothing of; a unit test keeps the two equal).
-RECORDED_BUCKETS = "slo_api:bucket:increase5m"
-RECORDED_SUMS = "slo_api:sum:increase5m"
-# The recording groups' interval, the increase's range: the server sums one point per step.
-RECORDED_STEP = "5m"
 
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _SECONDS = {"m": 60, "h": 3600, "d": 86400}
@@ -374,21 +371,21 @@ def _recording(route: str, found: Sequence[Objective]) -> dict[str, Any]:
         labels = {"route": route, "metric": metric}
         rules.append(
             {
-                "record": RECORDED_BUCKETS,
-                "expr": f"sum by (le) (increase({name}_bucket{_matchers(inner)}[{RECORDED_STEP}]))",
+                "record": recorded.BUCKETS,
+                "expr": f"sum by (le) (increase({name}_bucket{_matchers(inner)}[{recorded.STEP}]))",
                 "labels": {**labels},
             }
         )
         rules.append(
             {
-                "record": RECORDED_SUMS,
-                "expr": f"sum(increase({name}_sum{_matchers(inner)}[{RECORDED_STEP}]))",
+                "record": recorded.SUMS,
+                "expr": f"sum(increase({name}_sum{_matchers(inner)}[{recorded.STEP}]))",
                 "labels": {**labels},
             }
         )
     return {
-        "name": f"slo-api.{route}.increase{RECORDED_STEP}",
-        "interval": RECORDED_STEP,
+        "name": recorded.group(route),
+        "interval": recorded.STEP,
         "rules": rules,
     }
 

@@ -17,13 +17,14 @@ export async function fetchByBudget() {
   return fetchPages("config?view=attainment&sort=budget&");
 }
 
-// A route's lowest budget left and its worst status, from an attainment item.
+// A route's lowest budget left and its worst status, from an attainment item: as the server
+// ranks it, a no_data objective's budget (below the traffic floor) is not the route's.
 const SEVERITY = { violated: 3, at_risk: 2, met: 1, no_data: 0 };
 export function budgetOf(item) {
   let budget = null;
   let status = null;
   for (const obj of item.objectives || []) {
-    if (typeof obj.budgetRemaining === "number" && (budget === null || obj.budgetRemaining < budget)) {
+    if (obj.status !== "no_data" && typeof obj.budgetRemaining === "number" && (budget === null || obj.budgetRemaining < budget)) {
       budget = obj.budgetRemaining;
     }
     if (obj.status && (status === null || (SEVERITY[obj.status] || 0) > (SEVERITY[status] || 0))) {

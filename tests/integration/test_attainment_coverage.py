@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from controlplane.prometheus import Prometheus
@@ -21,6 +22,7 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings
 from tests.integration.crs import llm
+from tests.integration.prometheus_stats import Recording
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +73,13 @@ def _route(name: str) -> dict[str, Any]:
         {"type": "p90", "threshold": 0.3}]}})  # fmt: skip
 
 
-async def _answers(prometheus: Prometheus, end: int, window: str) -> dict[str, dict[str, Any]]:
+async def _answers(
+    prometheus: Prometheus,
+    end: int,
+    window: str,
+    max_samples: int = 50_000_000,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> dict[str, dict[str, Any]]:
     settings = Settings(slo_api_token="t" * 32)
     kinds = build_kinds(settings)
     index = Service.index_for(kinds)
@@ -82,10 +90,11 @@ async def _answers(prometheus: Prometheus, end: int, window: str) -> dict[str, d
         index,
         {k.resource.plural: k.name for k in kinds},
         Metrics(),
-        client.Prometheus(prometheus.url, 60),
+        client.Prometheus(prometheus.url, 60, transport=transport),
         labels=parse_route_labels('model_name="{model}"'),
         refresh_seconds=60,
         series_limit=10,
+        max_samples=max_samples,
         min_requests=FLOOR,
         clock=lambda: float(end),
     )
@@ -140,3 +149,25 @@ async def test_coverage_no_series_no_traffic_and_the_floor(
     # Over the last hour the late route's series cover all of it.
     hour = await _answers(prometheus, end, "1h")
     assert hour["late"]["coverage"]["fraction"] == pytest.approx(1.0, abs=2 / 1000)
+
+
+async def test_a_coverage_query_holding_more_than_max_samples_looks_at_a_coarser_step(
+    backfilled: tuple[Prometheus, int],
+) -> None:
+    prometheus, end = backfilled
+    # Three histograms (late, idle, few) at the day's 1,005 steps: Prometheus would hold up to
+    # 4,020 samples at once (each histogram's steps, and one's again as they are reduced).
+    limit = 1000
+    sent = Recording()
+    day = await _answers(prometheus, end, "1d", max_samples=limit, transport=sent)
+    coverage = {q: n for q, n in sent.peak.items() if "timestamp(" in q}
+    assert coverage
+    # Prometheus's own count: no coverage subquery held more than the limit at once.
+    assert max(coverage.values()) <= limit, coverage
+    # The day's coverage was looked for every 6 minutes instead of every 86 s, and says so;
+    # what it finds is as right, to within that step.
+    late = day["late"]["coverage"]
+    assert late["resolution"] == "6m"
+    assert late["fraction"] == pytest.approx(LATE / DAY, abs=2 * 360 / DAY)
+    hour = await _answers(prometheus, end, "1h", max_samples=limit)
+    assert hour["late"]["coverage"]["resolution"] == "1m"

@@ -7,7 +7,6 @@ match, objective by objective."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import subprocess
@@ -15,7 +14,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
 
 import httpx
 import pytest
@@ -31,6 +29,7 @@ from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.settings import Settings
 from tests.integration.attainment_data import TPOT, TPOT_BOUNDS, TTFT, TTFT_BOUNDS
+from tests.integration.prometheus_stats import Recording
 
 pytestmark = pytest.mark.integration
 
@@ -87,11 +86,12 @@ def _generate(end: int) -> str:
                         rows.setdefault(le, []).append(f"{counts[bound]:.12g} {t}")
                     total += sum(n * (pod + 1) * b * 0.7 for b, n in phase.items())
                     rows.setdefault("sum", []).append(f"{total:.12g} {t}")
+                    rows.setdefault("count", []).append(f"{counts[math.inf]:.12g} {t}")
                 labels = f'model_name="{model}",pod="{pod}"'
                 for le, values in rows.items():
                     series = (
-                        f"{name}_sum{{{labels}}}"
-                        if le == "sum"
+                        f"{name}_{le}{{{labels}}}"
+                        if le in ("sum", "count")
                         else f'{name}_bucket{{{labels},le="{le}"}}'
                     )
                     lines.extend(f"{series} {v}\n" for v in values)
@@ -116,38 +116,6 @@ def _crs() -> list[dict[str, Any]]:
     own = cr("chat-pod0", "chat-7b")
     own["metadata"]["annotations"] = {ANNOTATION: '{model_name="chat-7b", pod="0"}'}
     return [cr("chat", "chat-7b"), cr("code", "code-13b"), own]
-
-
-class Recording(httpx.AsyncHTTPTransport):
-    """The real transport, keeping each query sent and the samples Prometheus says it loaded
-    for it (`stats=all`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.queries: list[str] = []
-        self.loaded: dict[str, int] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
-        query = form.get("query", "")
-        self.queries.append(query)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
-        asked = httpx.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            content=urlencode({**form, "stats": "all"}).encode(),
-        )
-        answer = await super().handle_async_request(asked)
-        content = await answer.aread()
-        stats = (json.loads(content).get("data") or {}).get("stats") or {}
-        self.loaded[query] = int((stats.get("samples") or {}).get("totalQueryableSamples", 0))
-        kept = {
-            k: v
-            for k, v in answer.headers.items()
-            if k.lower() not in ("content-encoding", "content-length")
-        }
-        return httpx.Response(answer.status_code, headers=kept, content=content)
 
 
 def _attainment(
@@ -265,8 +233,13 @@ async def test_recorded_series_give_the_raw_figures(
                         scale = 1 / (1 - got["objective"]) if got["objective"] else 1.0
                         allowed = share * max(abs(value), scale, 1.0)
                         assert abs(got[key] - value) <= allowed, (route, w, key, got[key], value)
-        # Read from the recorded series alone: no raw bucket series was queried.
+        # Read from the recorded series alone: no raw bucket series was queried, and the
+        # coverage is of the recorded series (backfilled over the whole span), not the raw.
         assert not [q for q in sent.queries if "increase(vllm:" in q]
+        assert not [q for q in sent.queries if "timestamp(vllm:" in q]
+        for route, obj in routes:
+            for objective in after.answer(route, "llm", obj, "1d")["objectives"]:
+                assert objective["coverage"]["fraction"] == pytest.approx(1.0, abs=2 / 1000)
         await after.stop()
     finally:
         both.stop()
@@ -290,11 +263,11 @@ async def test_no_raw_query_loads_more_than_max_samples_and_the_answer_says_it_n
         assert f"ATTAINMENT_MAX_SAMPLES ({limit})" in narrowed["ttft"]["reason"]
         # Figures over what was read, not none.
         assert answer["objectives"][0]["goodRatio"] is not None
-        # Prometheus's own count: no query loaded more than the limit, and the windows that
-        # fit were not narrowed.
+        # Prometheus's own count: no query, coverage included, loaded more than the limit,
+        # and the windows that fit were not narrowed.
         raw_queries = {q: n for q, n in sent.loaded.items() if "increase(vllm:" in q}
         assert raw_queries
-        assert max(raw_queries.values()) <= limit, raw_queries
+        assert max(sent.loaded.values()) <= limit, sent.loaded
         assert attainment.answer("chat", "llm", chat, "1h")["narrowed"] == []
     finally:
         await attainment.stop()

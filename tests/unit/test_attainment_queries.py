@@ -137,10 +137,11 @@ async def test_a_refresh_is_a_fixed_number_of_queries_and_failures_keep_the_last
     assert before["source"] == {"status": "unavailable", "reason": "not queried yet", "asOf": None}
     assert before["objectives"] == []
     await attainment.refresh()
-    # 7 windows x 2 metrics of buckets, sums and earliest samples for the 4 answer windows,
-    # one query of the recorded series per window, and what 5 minutes of each metric hold:
-    # not per route.
-    assert len(queries) == 30 + 7 + 2
+    # 7 windows of buckets, sums and earliest samples for the 4 answer windows, one query of
+    # the recorded series per window, and what 5 minutes hold: not per route. (TTFT alone: no
+    # route has OTPS targets, so no query reads its series.)
+    assert len(queries) == 15 + 7 + 1
+    assert not any("vllm:request_time_per_output_token" in q for q in queries)
     # No route's name or model is in any of them.
     assert not any("m1" in q or "x\\" in q for q in queries)
     ok = attainment.answer("r0", "llm", routes[0], "28d")
@@ -321,7 +322,11 @@ async def test_one_routes_failing_query_leaves_every_other_routes_figures() -> N
     assert others["source"]["status"] == "ok"
     # The joined coverage query of the routes with their own matchers failed too: theirs is
     # unknown (not "no series"), the other routes' is still known.
-    assert others["objectives"][0]["coverage"] == {"since": "2026-12-18T08:00:00Z", "fraction": 1.0}
+    assert others["objectives"][0]["coverage"] == {
+        "since": "2026-12-18T08:00:00Z",
+        "fraction": 1.0,
+        "resolution": "40m19s",
+    }
     mine = attainment.answer("fine", "llm", fine, "28d")
     assert mine["source"]["status"] == "ok"
     assert mine["objectives"][0]["goodRatio"] == pytest.approx(0.8)
@@ -385,3 +390,73 @@ async def test_a_query_that_never_ends_meets_its_deadline() -> None:
         "reason": "Prometheus did not answer within 0.2 s",
         "asOf": None,
     }
+
+
+async def test_routes_below_the_traffic_floor_sort_with_no_data_not_by_their_budget() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        if "_bucket" not in query:
+            return httpx.Response(200, json=_vector(({"model_name": "busy"}, 30)))
+        # busy: 950 of 1,000 within 0.5 s (budget 0.5 left); quiet: 5 of 10 (budget -4).
+        return httpx.Response(
+            200,
+            json=_vector(
+                ({"model_name": "busy", "le": "0.5"}, 950),
+                ({"model_name": "busy", "le": "+Inf"}, 1000),
+                ({"model_name": "quiet", "le": "0.5"}, 5),
+                ({"model_name": "quiet", "le": "+Inf"}, 10),
+            ),
+        )
+
+    crs = [llm_cr(n, model=n, **TTFT_CR) for n in ("busy", "quiet", "absent")]
+    attainment = _attainment(handler, crs)
+    attainment.min_requests = 100
+    await attainment.refresh()
+    quiet = attainment.answer("quiet", "llm", crs[1], "28d")["objectives"][0]
+    assert (quiet["status"], quiet["reason"]) == ("no_data", "insufficient_traffic")
+    assert quiet["budgetRemaining"] == pytest.approx(-4)  # its figures are still shown
+
+    def render(routes: list[str], page: int, size: int, full: bool, line: Any) -> bytes:
+        return b"[" + b",".join(line(r) for r in routes) + b"]"
+
+    body, _ = await attainment.page(["absent", "busy", "quiet"], "all", "28d", True, 1, 20, render)
+    # No data below the floor ranks with the routes without data (by name), after busy.
+    assert [item["route"] for item in json.loads(body)] == ["busy", "absent", "quiet"]
+
+
+async def test_a_tag_that_is_a_digit_but_not_a_number_is_ignored() -> None:
+    # "²" is a digit to str.isdigit() but no int(): an answer carrying one (a relabelling, a
+    # proxy) must not fail the refresh nor a chart, only be left out.
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        tags = ({"slo_api_route": "0"}, {"slo_api_route": "²"})
+        if request.url.path.endswith("/query_range"):
+            points = [[1_800_000_000 - 300, "0.4"], [1_800_000_000, "0.45"]]
+            result = [{"metric": t, "values": points} for t in tags]
+            return httpx.Response(
+                200, json={"status": "success", "data": {"resultType": "matrix", "result": result}}
+            )
+        if "slo_api_route" not in query:
+            return _buckets(query, ("0.5", 95), ("+Inf", 100))
+        if "_bucket" in query:
+            return httpx.Response(
+                200,
+                json=_vector(
+                    *(
+                        (({**t, "le": "0.5"}, 80), ({**t, "le": "+Inf"}, 100))[i]
+                        for t in tags
+                        for i in (0, 1)
+                    )
+                ),
+            )
+        return httpx.Response(200, json=_vector(*((t, 30) for t in tags)))
+
+    cr = llm_cr("own", model="m", **TTFT_CR)
+    cr["metadata"]["annotations"] = {ANNOTATION: '{engine="0"}'}
+    attainment = _attainment(handler, [cr])
+    await attainment.refresh()
+    answer = attainment.answer("own", "llm", cr, "28d")
+    assert answer["source"]["status"] == "ok", answer["source"]
+    assert answer["objectives"][0]["goodRatio"] == pytest.approx(0.8)
+    charted = await attainment.with_series("own", "llm", cr, "1h")
+    assert [p for _, p in charted["objectives"][0]["series"]] == [0.4, 0.45]

@@ -111,24 +111,19 @@ def test_sloctl_rules_record_each_routes_increases_every_5_minutes() -> None:
     assert chat["interval"] == "5m"
     assert chat["rules"] == [
         {
-            "record": selectors.RECORDED_BUCKETS,
+            "record": "slo_api:bucket:increase5m",
             "expr": "sum by (le) (increase("
             'vllm:time_to_first_token_seconds_bucket{model_name="m"}[5m]))',
             "labels": {"route": "chat", "metric": "ttft"},
         },
         {
-            "record": selectors.RECORDED_SUMS,
+            "record": "slo_api:sum:increase5m",
             "expr": 'sum(increase(vllm:time_to_first_token_seconds_sum{model_name="m"}[5m]))',
             "labels": {"route": "chat", "metric": "ttft"},
         },
     ]
     own = recording["slo-api.own.increase5m"]["rules"][0]["expr"]
     assert 'model_name="m",engine="1"' in own
-    # The program and the server name the same series (sloctl imports nothing of the server).
-    assert (rules.RECORDED_BUCKETS, rules.RECORDED_SUMS) == (
-        selectors.RECORDED_BUCKETS,
-        selectors.RECORDED_SUMS,
-    )
 
 
 async def test_recorded_routes_are_read_from_their_recorded_series_and_left_out_of_raw_ones() -> (
@@ -186,8 +181,8 @@ async def test_a_raw_query_past_max_samples_is_narrowed_and_the_answer_says_so()
         query = parse_qs(request.content.decode())["query"][0]
         queries.append(query)
         if "count_over_time" in query:
-            # 1,000 samples in 5 minutes: 28 days hold 8,064,000; a day 288,000.
-            return _vector(({}, 1000))
+            # 1,000 samples in 5 minutes: 28 days hold 8,064,000; a day 288,000. One histogram.
+            return _vector(({"slo_api_route": "0"}, 1000), ({"slo_api_route": "1"}, 1))
         if "_bucket" in query and "increase(vllm" in query:
             return _vector(*_histogram({"model_name": "m0"}, 95, 100))
         return _vector()
@@ -217,7 +212,7 @@ async def test_a_raw_query_past_max_samples_even_over_5_minutes_is_not_sent() ->
         query = parse_qs(request.content.decode())["query"][0]
         queries.append(query)
         if "count_over_time" in query:
-            return _vector(({}, 2000))
+            return _vector(({"slo_api_route": "0"}, 2000), ({"slo_api_route": "1"}, 1))
         return _vector()
 
     cr = llm_cr("r0", model="m0", **TTFT_CR)
@@ -228,3 +223,95 @@ async def test_a_raw_query_past_max_samples_even_over_5_minutes_is_not_sent() ->
     # The answer's window and every burn rate's: none could be read.
     assert [n["window"] for n in narrowed] == ["1h", "5m", "30m", "6h"]
     assert all(n["to"] is None and "not queried" in n["reason"] for n in narrowed)
+
+
+async def test_a_recorded_routes_coverage_is_of_its_recorded_series_not_its_raw_ones() -> None:
+    queries: list[str] = []
+    # The rules began 7 days ago; the raw series go back further.
+    began = 1_800_000_000 - 7 * 86400
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        queries.append(query)
+        if query.startswith("sum by (route, metric, le)"):
+            return _vector(*_histogram({"route": "r0", "metric": "ttft"}, 80, 100))
+        if query.startswith("min by (route, metric)"):
+            return _vector(({"route": "r0", "metric": "ttft"}, began))
+        return _vector()
+
+    cr = llm_cr("r0", model="m0", **TTFT_CR)
+    attainment = _attainment(handler, [cr], 50_000_000)
+    await attainment.refresh()
+    (objective,) = attainment.answer("r0", "llm", cr, "28d")["objectives"]
+    # The 28-day figures rest on the 7 days recorded: the coverage says so.
+    assert objective["coverage"] == {
+        "since": "2027-01-08T08:00:00Z",
+        "fraction": pytest.approx(0.25),
+        "resolution": "40m19s",
+    }
+    coverage = [q for q in queries if "timestamp(" in q]
+    assert any("slo_api:sum:increase5m" in q for q in coverage)
+    # Every route with TTFT targets is recorded: no raw TTFT series is asked for, coverage
+    # included.
+    assert not any("vllm:time_to_first_token_seconds" in q for q in queries)
+
+
+async def test_a_coverage_query_past_max_samples_looks_at_a_coarser_step_and_says_so() -> None:
+    queries: list[str] = []
+    histograms = [3000]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        queries.append(query)
+        if "count_over_time" in query:
+            tags = ({"slo_api_route": "0"}, {"slo_api_route": "1"})
+            return _vector((tags[0], 10), (tags[1], histograms[0]))
+        if query.startswith("min by (model_name)"):
+            return _vector(({"model_name": "m0"}, 1_800_000_000 - 30 * 86400))
+        if "_bucket" in query:
+            return _vector(*_histogram({"model_name": "m0"}, 95, 100))
+        return _vector()
+
+    cr = llm_cr("r0", model="m0", **TTFT_CR)
+    # 3,000 histograms x 1,001 steps of 28 days hold about 3,003,000 samples at once (and one
+    # histogram's steps more as they are reduced): past 1,000,000.
+    attainment = _attainment(handler, [cr], 1_000_000)
+    await attainment.refresh()
+    (objective,) = attainment.answer("r0", "llm", cr, "28d")["objectives"]
+    # 332 steps fit: every 2h2m (whole minutes), and the answer says at which step.
+    assert objective["coverage"]["resolution"] == "2h2m"
+    assert any("[28d:7320s]" in q for q in queries)
+    assert objective["coverage"]["fraction"] == 1.0
+    # The 1-hour window's 61 steps fit: a minute.
+    (hour,) = attainment.answer("r0", "llm", cr, "1h")["objectives"]
+    assert hour["coverage"]["resolution"] == "1m"
+    # More histograms than fit even at one step a window: not asked, coverage unknown (the
+    # figures stand).
+    histograms[0] = 600_000
+    queries.clear()
+    await attainment.refresh()
+    assert not any("timestamp(" in q for q in queries)
+    (objective,) = attainment.answer("r0", "llm", cr, "28d")["objectives"]
+    assert objective["coverage"] is None
+    assert objective["goodRatio"] == pytest.approx(0.95)
+
+
+async def test_no_raw_series_are_read_for_a_metric_no_route_has_targets_on() -> None:
+    queries: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode())["query"][0]
+        queries.append(query)
+        if query.startswith("sum by (route, metric, le)"):
+            return _vector(*_histogram({"route": "r0", "metric": "ttft"}, 80, 100))
+        return _vector()
+
+    # Every route has TTFT targets only, and is recorded: the raw OTPS series are nobody's
+    # figures, so reading them would cost a refresh about as much as no rules at all.
+    cr = llm_cr("r0", model="m0", **TTFT_CR)
+    attainment = _attainment(handler, [cr], 50_000_000)
+    await attainment.refresh()
+    assert not [q for q in queries if "vllm:" in q]
+    assert attainment.answer("r0", "llm", cr, "28d")["objectives"][0]["goodRatio"] == (
+        pytest.approx(0.8)
+    )

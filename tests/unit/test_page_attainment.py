@@ -149,11 +149,19 @@ def test_a_route_ranks_by_its_lowest_budget_and_shows_its_worst_status(tmp_path:
         },
         {"objectives": [{"budgetRemaining": None, "status": "no_data"}]},
         {"objectives": []},
+        # Below the traffic floor: its budget is shown under the objective, but the route
+        # ranks as no data, as the server orders it.
+        {
+            "objectives": [
+                {"budgetRemaining": -4.0, "status": "no_data", "reason": "insufficient_traffic"}
+            ]
+        },
     ]
     assert run_page(tmp_path, items=items)["ranks"] == [
         {"budget": -0.2, "status": "violated"},
         {"budget": None, "status": "no_data"},
         {"budget": None, "status": None},
+        {"budget": None, "status": "no_data"},
     ]
 
 
