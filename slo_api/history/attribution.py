@@ -60,6 +60,13 @@ def changed_by(
         touched = [
             e for e in entries if stamp_of(e.get("time")) == newest and keys & set(spec_keys(e))
         ]
+        managers = {str(e.get("manager") or UNKNOWN) for e in touched}
+        if len(managers) > 1:
+            # Several were stamped in that second: which changed it is not known. Where
+            # slo-api is one, its writer names its own change (others wait for it); else
+            # nobody is named rather than a guess.
+            time = touched[0].get("time")
+            return (SELF if SELF in managers else UNKNOWN), str(time) if time else None
     chosen = max(touched, key=lambda e: stamp_of(e.get("time")), default=None)
     if chosen is None:
         return UNKNOWN, None

@@ -691,6 +691,39 @@ def test_a_manager_changing_again_within_its_stamps_second_is_still_named() -> N
     vtime.run(scenario())
 
 
+def test_a_tie_within_one_second_is_never_pinned_on_another_manager() -> None:
+    """Robustness seed 1: a CR created, then written twice through slo-api, all within one
+    second. The second write moves no stamp, and the creator's and slo-api's entries both own a
+    changed field at that second: a replica that did not make the write named the creator, and
+    the writer's own record could not replace that."""
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        other = _replica(kube)
+        second = "2026-01-01T00:00:00Z"
+        created = ("deployer", second, ["serviceId", "priority", "minimumDeployment"])
+        other.observe(PLURAL, GROUP, NAME, _state(10, _managed(created)))
+        first = ("slo-api", second, ["priority"])
+        other.observe(PLURAL, GROUP, NAME, _state(11, _managed(created, first), priority=6))
+        again = ("slo-api", second, ["priority", "minimumDeployment", "maximumDeployment"])
+        bounds = {
+            "minimumDeployment": {"type": "replica", "value": 0},
+            "maximumDeployment": {"type": "replica", "value": 2},
+        }
+        other.observe(
+            PLURAL, GROUP, NAME, _state(12, _managed(created, again), priority=6, **bounds)
+        )
+        assert other.by(12) == {
+            "actor": "unknown",
+            "via": "slo-api",
+            "requestId": None,
+            "clientRequestId": None,
+        }
+        await _settle(other)
+
+    vtime.run(scenario())
+
+
 def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_comes() -> None:
     async def scenario() -> None:
         kube = FakeKube()
