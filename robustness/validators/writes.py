@@ -55,9 +55,7 @@ def _sent_fields(request: Request, kind: str) -> set[str]:
     return {f for f in OWNED.get(kind, ()) if isinstance(spec, dict) and spec_key(f) in spec}
 
 
-def made_by(
-    acked: dict[int, list[Request]], request: Request, before: State, state: State
-) -> bool:
+def made_by(acked: dict[int, list[Request]], request: Request, before: State, state: State) -> bool:
     """Whether `request` made the change to `state`, not only answered it. A write that
     changes nothing sends no patch and answers the version that stood: another writer's. Of
     the acknowledged writes that answered that version, the one that names what changed made

@@ -265,6 +265,42 @@ def test_a_placeholder_made_across_a_relist_gives_way_to_one_from_consecutive_st
     assert validate(b.finish(), ("history",)) == []
 
 
+def _across(b: Builder, to: int) -> None:
+    """Two changes around slo-api that every replica's watch folded into one relist: the
+    revision is the difference from the state before both, `unknown`, marked across."""
+    b.tick(60)
+    b.fault("restart", "apiserver", 5)
+    b.auto = False
+    b.change("chat", {"priority": 2})
+    second = b.change("chat", {"priority": 4})
+    b.auto = True
+    obj = b.crs["chat"]
+    rev = b.revision(
+        obj,
+        [{"field": "priority", "from": 5, "to": to}],
+        {"actor": "unknown", "via": "unknown"},
+    )
+    b.recording.truth[-1].object["metadata"]["annotations"] = {
+        "slo-api.modelsphere.dev/across-relist": "true"
+    }
+    assert second.status == 200
+    assert rev["data"]["id"] == obj["metadata"]["resourceVersion"]
+
+
+def test_a_revision_made_across_a_relist_may_fold_changes_and_name_nobody() -> None:
+    b = clean()
+    _across(b, to=4)
+    assert validate(b.finish(), ("history",)) == []
+
+
+def test_a_revision_made_across_a_relist_must_still_say_what_the_fields_became() -> None:
+    b = clean()
+    _across(b, to=3)
+    found = validate(b.finish(), ("history",))
+    assert [v.validator for v in found] == ["history"]
+    assert "made across a relist" in found[0].message
+
+
 def test_a_change_across_a_gap_in_the_harness_watch_is_not_held_against_slo_api() -> None:
     b = clean()
     b.recording.add(Truth(b.tick(), "llmslorequirements", GAP))
@@ -310,7 +346,12 @@ def _replayed(b: Builder, fault: bool) -> Builder:
     obj = copy.deepcopy(b.crs["chat"])
     for priority in (2, 3):
         obj["spec"]["priority"] = priority
-        line = {"type": "MODIFIED", "route": "chat", "object": item(obj), "revision": f"z{priority}"}
+        line = {
+            "type": "MODIFIED",
+            "route": "chat",
+            "object": item(obj),
+            "revision": f"z{priority}",
+        }
         b.line(again, line)
     assert third.status == 200
     return b
