@@ -211,19 +211,32 @@ class Builder:
         self.recording.add(fault)
         return fault
 
-    def request(self, status: int | None, *, replica: str = "a", error: str | None = None) -> None:
-        sent = self.tick(0.01)
+    def request(
+        self,
+        status: int | None,
+        *,
+        replica: str = "a",
+        error: str | None = None,
+        path: str = "/routes/chat",
+        phase: str = "traffic",
+        body: Obj | None = None,
+        seconds: float = 0.01,
+    ) -> None:
+        """A GET of a replica's, answered `status` (None: not answered, `error` says why)."""
+        sent = self.tick(seconds)
         self.recording.add(
             Request(
                 id=f"g{next(self._ids)}",
                 replica=replica,
                 identity="writer",
                 method="GET",
-                path="/routes/chat",
+                path=path,
                 sent=sent,
                 answered=None if status is None else sent + 0.01,
                 status=status,
                 error=error,
+                response_body=body,
+                phase=phase,
             )
         )
 
@@ -234,20 +247,9 @@ class Builder:
         view read, as a correct slo-api serves it, less the `missing` routes' items (and, with
         `without_limits`, every item's limits)."""
         for status in (None, 503, 200):
-            sent = self.tick(0.25)
-            self.recording.add(
-                Request(
-                    id=f"s{next(self._ids)}",
-                    replica=replica,
-                    identity="writer",
-                    method="GET",
-                    path="/readyz",
-                    sent=sent,
-                    answered=None if status is None else sent + 0.01,
-                    status=status,
-                    error="connection refused" if status is None else None,
-                    phase="starting",
-                )
+            error = "connection refused" if status is None else None
+            self.request(
+                status, replica=replica, error=error, path="/readyz", phase="starting", seconds=0.25
             )
         items = []
         for obj in self.crs.values():
@@ -258,21 +260,8 @@ class Builder:
             if caps and obj["kind"] != "pool" and not without_limits:
                 shown["limits"] = caps
             items.append(shown)
-        sent = self.tick(0.01)
-        self.recording.add(
-            Request(
-                id=f"s{next(self._ids)}",
-                replica=replica,
-                identity="writer",
-                method="GET",
-                path="/config?view=full&page=1&pageSize=200",
-                sent=sent,
-                answered=sent + 0.01,
-                status=200,
-                response_body={"items": items},
-                phase="ready",
-            )
-        )
+        full = "/config?view=full&page=1&pageSize=200"
+        self.request(200, replica=replica, path=full, phase="ready", body={"items": items})
 
     # -- what a correct slo-api leaves --------------------------------------------------------
 

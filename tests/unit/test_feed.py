@@ -1061,26 +1061,31 @@ async def test_a_quiet_limits_informer_behind_another_replicas_floor_still_resum
         await r.stop()
 
 
-async def test_a_resume_on_a_replica_whose_own_write_came_before_its_informers_events() -> None:
+async def _resumed_after_a_write_ahead() -> tuple[Feed, list[Reader], Reader]:
+    """b's own write is stored from its answer while b's informer is still behind (a watch
+    being resumed): b records it before the older events that follow. A client that read
+    them all on a resumes on b."""
     a, b = make_feed(), make_feed()
     both = [a, b]
     listed(both, [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=10)], 10)
     on_a, on_b = await reader(a), await reader(b)
-    # b's own write is stored from its answer while b's informer is still behind (a watch
-    # being resumed): b records it before the older events that follow.
     answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=9)}
     assert b.index.write_through(LLM, answer)
     event(both, cr("a", "y", "code", rv=11, priority=2))
     event(both, cr("a", "y", "code", rv=12, priority=3))
     await on_a.settle()
     assert on_a.changes()[-2:] == [("MODIFIED", "code"), ("MODIFIED", "code")]
-    cut_at = on_a.events[-1]["revision"]
-    resumed = await reader(b, since=cut_at)
+    resumed = await reader(b, since=on_a.events[-1]["revision"])
+    return a, [on_a, on_b], resumed
+
+
+async def test_a_resume_on_a_replica_whose_own_write_came_before_its_informers_events() -> None:
+    _, readers, resumed = await _resumed_after_a_write_ahead()
     # The client has code's priority 3 already: only b's write, which it has not seen, and
     # never code's older priority 2 after it.
     assert resumed.changes() == [("MODIFIED", "chat")]
     assert resumed.events[0]["object"]["priority"] == 9
-    for r in (on_a, on_b, resumed):
+    for r in (*readers, resumed):
         await r.stop()
 
 
@@ -1110,22 +1115,12 @@ async def test_a_resume_after_a_write_ahead_of_the_watches_ends_at_the_replicas_
 
 
 async def test_a_line_sent_before_a_resumed_stream_caught_up_resumes_without_older_states() -> None:
-    a, b = make_feed(), make_feed()
-    both = [a, b]
-    listed(both, [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=10)], 10)
-    on_a, on_b = await reader(a), await reader(b)
-    # b stores its own write from its answer while its informer is still at 10.
-    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=9)}
-    assert b.index.write_through(LLM, answer)
-    event(both, cr("a", "y", "code", rv=11, priority=2))
-    event(both, cr("a", "y", "code", rv=12, priority=3))
-    await on_a.settle()
-    resumed = await reader(b, since=on_a.events[-1]["revision"])
+    a, readers, resumed = await _resumed_after_a_write_ahead()
     assert resumed.changes() == [("MODIFIED", "chat")]
     # The client holds code's priority 3 (from a) and chat's 9 (from b). Resuming from the
     # line b sent must not bring code's older priority 2 back.
     again = await reader(a, since=resumed.events[0]["revision"])
     assert ("MODIFIED", "code") not in again.changes()
     assert again.changes() in ([], [("MODIFIED", "chat")])  # a resume may repeat its change
-    for r in (on_a, on_b, resumed, again):
+    for r in (*readers, resumed, again):
         await r.stop()
