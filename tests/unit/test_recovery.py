@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncGenerator, Callable
 from types import SimpleNamespace
 from typing import Any, cast
@@ -150,9 +151,12 @@ def test_every_kind_is_current_within_seconds_of_the_api_server_answering_again(
     assert kube.most_probing == 1  # one probe for all the sleeping loops
 
 
-def test_without_the_probe_the_grown_backoff_is_slept_out() -> None:
+def test_without_the_probe_the_grown_backoff_is_slept_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # What the probe is for: 30 s of refused reconnects leave each loop asleep for up to
-    # 30 s into a recovered API server.
+    # 30 s into a recovered API server. The jitter at its least (each sleep its step: 0.8,
+    # 1.6, ... 12.8, then 15 s), so the outcome is the arithmetic's, not chance's: the loops
+    # wake 39.8 s into the outage, 9.8 s after the API server is back.
+    monkeypatch.setattr(random, "random", lambda: 0.0)
     _, took = vtime.run(outage(30.0, probe=False))
     assert took > 2.5
 
