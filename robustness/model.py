@@ -192,7 +192,7 @@ class Revision:
     namespace: str
     deleted: float | None = None
     # The objects holding it: a revision replacing a placeholder is first copied aside under
-    # a name of its own (slo_api/history.py), so it is gone only once every copy is.
+    # a name of its own (slo_api/history/revisions.py), so it is gone only once every copy is.
     names: set[str] = field(default_factory=set)
 
 

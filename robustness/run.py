@@ -19,7 +19,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import yaml
 
-from controlplane.admin import load_yaml_dir
+from controlplane.admin import AdminError, load_yaml_dir
 from controlplane.cluster import CONFIG, Cluster
-from controlplane.demo import start_service, wait_ready
+from controlplane.demo import start_service
 from controlplane.server import free_port
 from robustness.faults import FAULTS, NETWORK, Schedule
 from robustness.recording import (
@@ -46,6 +46,7 @@ from robustness.recording import (
 )
 from robustness.toxiproxy import Toxiproxy
 from robustness.validators import Violation, report, validate
+from robustness.validators.state import READY, STARTING
 
 TOKEN = "robustness-write-token-0123456789"  # noqa: S105 - the local run's own
 SLO = "inference.modelsphere.dev/v1alpha1"
@@ -316,7 +317,9 @@ class Run:
         crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
         admin.apply_all(crds)
         admin.wait_crds(crds)
-        admin.apply_all(o for o in objs if o not in crds)
+        # The policy names SLOLimits as its parameter kind, which the API server may not
+        # serve yet this soon after its CRD: applied again until it takes.
+        _until(lambda: bool(admin.apply_all(o for o in objs if o not in crds)), "the policy")
         for namespace in (*NAMESPACES, PEOPLE):
             admin.ensure_namespace(namespace)
         for name, (role, namespace) in ACCOUNTS.items():
@@ -349,10 +352,29 @@ class Run:
                 "spec": CAPS,
             }
         )
+        _until(self._capped, "the guardrails in force")
         plane = self.cluster.plane
         context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
         context.load_cert_chain(str(plane.pki.admin_cert), str(plane.pki.admin_key))
         self.kube = httpx.AsyncClient(base_url=plane.url, verify=context, timeout=30)
+
+    def _capped(self) -> bool:
+        """Whether the policy refuses a CR beyond team-a's caps (a dry run): the traffic must
+        not start before, or its writes would be judged by caps not yet in force."""
+        admin = self.cluster.admin
+        assert admin is not None
+        probe = self._spec_obj(NAMESPACES[0], "llm", "probe")
+        probe["spec"]["priority"] = CAPS["maxPriority"] + 1
+        try:
+            admin.request(
+                "POST",
+                admin.path(SLO, probe["kind"], NAMESPACES[0]),
+                probe,
+                params={"dryRun": "All"},
+            )
+        except AdminError as exc:
+            return exc.status == 422 and "slo-limits" in str(exc)
+        return False
 
     def create_crs(self) -> None:
         admin = self.cluster.admin
@@ -379,16 +401,20 @@ class Run:
         self.world.crs["pool-team-a"] = pool
 
     @staticmethod
-    def _create(admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
+    def _spec_obj(namespace: str, kind: str, route: str) -> Obj:
         spec: Obj = {"serviceId": route, "priority": 1, "minimumDeployment": {"value": 1}}
         if kind == "job":
             spec["queue"] = {"maxDepth": 10, "promql": "sum(q)"}
-        obj: Obj = {
+        return {
             "apiVersion": SLO,
             "kind": KINDS[kind][0],
             "metadata": {"name": route, "namespace": namespace},
             "spec": spec,
         }
+
+    @classmethod
+    def _create(cls, admin: Any, namespace: str, kind: str, route: str, marker: str) -> Obj:
+        obj = cls._spec_obj(namespace, kind, route)
         if marker == "argo":
             obj["metadata"]["annotations"] = ARGO
             admin.apply(obj, field_manager="argocd-controller")
@@ -429,9 +455,19 @@ class Run:
                 },
             )
 
-    def wait_replica(self, replica: Replica) -> None:
-        assert replica.proc is not None
-        wait_ready(replica.url, replica.proc, 120)
+    async def wait_replica(self, replica: Replica, seconds: float = 120) -> None:
+        """Poll its /readyz until 200 (phase `starting`), then read the view it serves at once
+        (phase `ready`): the readiness validator holds that view to the truth."""
+        proc = replica.proc
+        assert proc is not None
+        deadline = time.monotonic() + seconds
+        while (await self.slo(replica, "GET", "/readyz", phase=STARTING)).status != 200:
+            if proc.poll() is not None:
+                raise RuntimeError(f"replica {replica.name} exited {proc.returncode} starting")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replica {replica.name} not ready within {seconds:.0f} s")
+            await asyncio.sleep(0.25)
+        await self.view(replica, READY)
 
     # -- the ground truth ----------------------------------------------------------------------
 
@@ -547,12 +583,18 @@ class Run:
             await self._limits()
         elif action < 0.68:
             await self._recreate(route)
-        elif action < 0.84:
-            read = await self.slo(replica, "GET", f"/routes/{route}")
+        elif action < 0.8:
+            read = await self.slo(replica, "GET", f"/routes/{route}", identity=self._identity())
             if read.status == 200 and read.header("ETag"):
                 self.world.etags.setdefault(route, []).append(str(read.header("ETag")))
+        elif action < 0.88:
+            identity = self._identity()
+            await self.slo(replica, "GET", f"/routes/{route}/history", identity=identity)
         else:
-            await self.slo(replica, "GET", f"/routes/{route}/history")
+            view = self.random.choice(["summary", "full"])
+            page = self.random.randint(1, 2)
+            path = f"/config?view={view}&page={page}&pageSize={self.options.routes * 2}"
+            await self.slo(replica, "GET", path, identity=self._identity())
 
     async def _put(self, replica: Replica, route: str, identity: str) -> None:
         r = self.random
@@ -808,7 +850,7 @@ class Run:
                 detail = f"exited {code}"
             await asyncio.sleep(r.uniform(1, 4))
             self.start_replica(replica)
-            await asyncio.to_thread(self.wait_replica, replica)
+            await self.wait_replica(replica)
         elif name == "pause":
             seconds = r.uniform(2, 6)
             detail = f"{seconds:.1f} s"
@@ -842,23 +884,24 @@ class Run:
         replica = Replica("c", free_port(), self.folder / "slo-api-c.log")
         self.joining = replica
         self.start_replica(replica)
-        await asyncio.to_thread(self.wait_replica, replica)
+        await self.wait_replica(replica)
         self.replicas.append(replica)
+
+    async def view(self, replica: Replica, phase: str) -> None:
+        """Every page of the replica's `/config?view=full`."""
+        page = 1
+        while True:
+            read = await self.slo(
+                replica, "GET", f"/config?view=full&page={page}&pageSize=200", phase=phase
+            )
+            body = read.response_body if isinstance(read.response_body, dict) else {}
+            if page * 200 >= int(body.get("total", 0)):
+                break
+            page += 1
 
     async def final_views(self) -> None:
         for replica in self.replicas:
-            page = 1
-            while True:
-                read = await self.slo(
-                    replica,
-                    "GET",
-                    f"/config?view=full&page={page}&pageSize=200",
-                    phase="final",
-                )
-                body = read.response_body if isinstance(read.response_body, dict) else {}
-                if page * 200 >= int(body.get("total", 0)):
-                    break
-                page += 1
+            await self.view(replica, "final")
             # Each route's ETag: the resourceVersion the replica's index holds.
             for route in sorted(self.world.crs):
                 await self.slo(replica, "GET", f"/routes/{route}", phase="final")
@@ -905,7 +948,7 @@ class Run:
             for replica in self.replicas:
                 self.start_replica(replica)
             for replica in self.replicas:
-                await asyncio.to_thread(self.wait_replica, replica)
+                await self.wait_replica(replica)
             await self.traffic()
         finally:
             self.recorder.close()
@@ -931,6 +974,22 @@ class Run:
         if violations:
             print("replay: " + shlex.join(self.command))
         return 1 if violations else 0
+
+
+def _until(done: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    """Wait for `done` (an API-server error meanwhile counts as not yet)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if done():
+                return
+        except AdminError as exc:
+            if time.monotonic() > deadline:
+                raise
+            print(f"waiting for {what}: {exc}", file=sys.stderr)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds:.0f} s")
+        time.sleep(0.5)
 
 
 async def ndjson(lines: AsyncIterator[str]) -> AsyncIterator[Obj]:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from slo_api import heap
-from slo_api.managed_fields import last_changed
+from slo_api.managed_fields import last_changed, without_managed_fields
 from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
@@ -165,10 +165,7 @@ def group_of(obj: Obj) -> str:
 
 def slim(obj: Obj) -> Obj:
     """The object as the index keeps it: without managedFields, which nobody here reads."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
+    return without_managed_fields(obj)
 
 
 class _SortedNames:

@@ -3,13 +3,15 @@
 Pure functions of an object (no I/O, no state but a small table of shared tuples): which
 entries are the object's own (a subresource's, such as status, hold no spec), which entry is
 which (manager and operation), when each was stamped, and which fields below `spec` an entry
-holds. The index (when a CR last changed), the route history (who made a change) and the
-GitOps ownership rules (who owns a field) all read managedFields through these.
+holds; and the object without them, or an entry of the index's making (what it keeps). The
+index (when a CR last changed), the route history (who made a change) and the GitOps
+ownership rules (who owns a field) all read managedFields through these.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +36,26 @@ def spec_keys(entry: Obj) -> list[str]:
     if not isinstance(spec, dict):
         return []
     return [k[2:] for k in spec if k.startswith("f:")]
+
+
+def without_managed_fields(obj: Obj) -> Obj:
+    """`obj` without managedFields: a copy where it has them (`obj` is never changed), else
+    `obj` itself."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+def entry_of(manager: str, operation: str, time: str, spec_fields: Iterable[str]) -> Obj:
+    """A managedFields entry that holds `spec_fields` below `spec` (as `spec_keys` reads
+    them back) and nothing else."""
+    return {
+        "manager": manager,
+        "operation": operation,
+        "time": time,
+        "fieldsV1": {"f:spec": {f"f:{f}": {} for f in spec_fields}},
+    }
 
 
 def stamp_of(time: object) -> int:

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from slo_api.managed_fields import field_entries, spec_keys
+from slo_api.managed_fields import entry_of, field_entries, spec_keys, without_managed_fields
 
 Obj = dict[str, Any]
 
@@ -325,27 +325,20 @@ class Ownership:
         applies again) and every other entry holding a client-owned field (who holds a
         field taken from the tool); on any other CR, nothing: most CRs carry no GitOps
         ownership at all."""
-        meta = obj.get("metadata")
-        if not isinstance(meta, dict) or "managedFields" not in meta:
+        bare = without_managed_fields(obj)
+        if bare is obj:
             return obj
-        rest = {k: v for k, v in meta.items() if k != "managedFields"}
         entries = field_entries(obj)
         tools = self._tools
         if not any(e.get("manager") in tools for e in entries) and not self.markers(obj):
-            return {**obj, "metadata": rest}
+            return bare
         kept = []
         for entry in entries:
             manager = str(entry.get("manager", ""))
             fields = _fields(entry)
             if fields or manager in tools:
-                kept.append(
-                    {
-                        "manager": manager,
-                        "operation": str(entry.get("operation", "")),
-                        "time": str(entry.get("time", "")),
-                        "fieldsV1": {"f:spec": {f"f:{f}": {} for f in fields}},
-                    }
-                )
+                operation, time = str(entry.get("operation", "")), str(entry.get("time", ""))
+                kept.append(entry_of(manager, operation, time, fields))
         if kept:
-            rest["managedFields"] = kept
-        return {**obj, "metadata": rest}
+            bare["metadata"]["managedFields"] = kept
+        return bare

@@ -182,12 +182,18 @@ class Runtime:
         return [i.state() for i in self.informers]
 
     def ready(self) -> bool:
-        return not self.shutting_down and all(i.synced for i in self.informers)
+        # The guardrails' informers too: every route's body shows its namespace's limits.
+        return (
+            not self.shutting_down
+            and all(i.synced for i in self.informers)
+            and all(i.synced for i in self.limit_informers)
+        )
 
     def not_ready_reason(self) -> str | None:
         if self.shutting_down:
             return "shutting down"
         waiting = [i.kind.name for i in self.informers if not i.synced]
+        waiting += [i.kind.name for i in self.limit_informers if not i.synced]
         if waiting:
             return f"index not synced yet: {', '.join(waiting)}"
         return None

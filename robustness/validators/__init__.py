@@ -7,7 +7,7 @@ from robustness.model import build
 from robustness.recording import Recording
 from robustness.validators.base import Validator, Violation
 from robustness.validators.history import history
-from robustness.validators.state import convergence, guardrails, liveness
+from robustness.validators.state import convergence, guardrails, liveness, readiness, reads
 from robustness.validators.streams import streams
 from robustness.validators.writes import acknowledged_writes, conditional_writes, gitops
 
@@ -20,6 +20,8 @@ VALIDATORS: dict[str, Validator] = {
     "gitops": gitops,
     "guardrails": guardrails,
     "liveness": liveness,
+    "readiness": readiness,
+    "reads": reads,
 }
 
 __all__ = ["VALIDATORS", "Violation", "report", "validate"]

@@ -14,7 +14,7 @@ from robustness.model import (
     item_owned,
     query,
 )
-from robustness.recording import KUBE, Recording
+from robustness.recording import KUBE, Obj, Recording
 from robustness.validators.base import Violation, around, describe_request
 
 CONVERGENCE = (
@@ -28,6 +28,15 @@ LIVENESS = (
     "every request is answered; no 5xx except the documented 502/503/504 while the API server "
     "or the replica is failing"
 )
+READS = "a read never shows a route its caller may not see (a namespace outside its grants)"
+READINESS = (
+    "readiness never claims a replica is ready while its index is incomplete: the view it "
+    "serves once /readyz says 200 holds every route the API server held throughout its start, "
+    "with its namespace's limits"
+)
+# The phases of the requests around a replica's (re)start: its /readyz polled until 200, then
+# its full view read.
+STARTING, READY = "starting", "ready"
 # The 5xx a request may get while a fault is under way: not_ready/unavailable, upstream
 # errors and timeouts (docs/api.md, Errors).
 DURING_FAULTS = (502, 503, 504)
@@ -180,8 +189,8 @@ def liveness(recording: Recording, ground: Ground) -> list[Violation]:
     found: list[Violation] = []
     windows = fault_windows(recording)
     for r in recording.requests:
-        if r.replica == KUBE:
-            continue
+        if r.replica == KUBE or r.phase == STARTING:
+            continue  # a replica starting refuses connections, then answers 503: its due
         end = r.answered or r.sent
         faulty = during_fault(windows, r.sent, end)
         if r.status is None:
@@ -207,4 +216,107 @@ def liveness(recording: Recording, ground: Ground) -> list[Violation]:
                     [f"t={record.time:.3f} {record.replica} since={record.since}"],
                 )
             )
+    return found
+
+
+def readiness(recording: Recording, ground: Ground) -> list[Violation]:
+    """Each replica's full view read once its /readyz said 200 after a (re)start, against
+    the routes every CR claimed throughout, from the first poll of that start to the read
+    (the truth's lag either side), and the limits its namespace had throughout."""
+    lag = float(recording.settings.get("truth_lag_seconds", 5.0))
+    found: list[Violation] = []
+    starts: dict[str, list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
+    for r in sorted(recording.requests, key=lambda r: r.sent):
+        if r.phase == STARTING:
+            held = starts[r.replica]
+            if not held or held[-1][2]:  # the first poll of a new start
+                held.append((r.sent, r.sent, {}))
+        elif r.phase == READY and r.status == 200 and starts[r.replica]:
+            start, _, items = starts[r.replica][-1]
+            for item in (r.response_body or {}).get("items") or []:
+                items[str(item.get("route"))] = item
+            starts[r.replica][-1] = (start, r.answered or r.sent, items)
+    for replica, held in sorted(starts.items()):
+        for start, end, items in held:
+            if not items:
+                continue
+            low, high = start - lag, end + lag
+            if any(low <= gap <= high for gap in ground.gaps):
+                continue  # the truth's own watch broke: what stood is not known
+            when = f"replica {replica} ready at t={end:.3f} (starting from t={start:.3f})"
+            for s in _throughout(ground, low, high):
+                item = items.get(s.route)
+                problem = None
+                if item is None:
+                    problem = "missing from the view it served"
+                elif s.kind in CAPS_OF and not item.get("ambiguous"):
+                    caps = _limits_throughout(ground, s.namespace, low, high) or {}
+                    wanted = {k: v for k, v in caps.items() if k in CAPS_OF[s.kind]}
+                    shown = item.get("limits") or {}
+                    if any(shown.get(k) != v for k, v in wanted.items()):
+                        problem = f"shows limits {shown or None}, its namespace had {wanted}"
+                if problem is not None:
+                    found.append(
+                        Violation(
+                            "readiness",
+                            READINESS,
+                            f"{when}: {problem}",
+                            s.route,
+                            around(ground, s),
+                        )
+                    )
+    return found
+
+
+def _throughout(ground: Ground, low: float, high: float) -> list[State]:
+    """The state of each CR that stood, unchanged in route and undeleted, from `low` to
+    `high`."""
+    stood = []
+    for history in ground.states.values():
+        before = [s for s in history if s.time <= low]
+        if not before or before[-1].deleted or not before[-1].route:
+            continue
+        during = [s for s in history if low < s.time <= high]
+        if all(not s.deleted and s.route == before[-1].route for s in during):
+            stood.append(before[-1])
+    return stood
+
+
+def _limits_throughout(ground: Ground, namespace: str, low: float, high: float) -> Obj | None:
+    """The namespace's caps where they stood unchanged from `low` to `high`, else None."""
+    versions = ground.limits.get(namespace, [])
+    before = [c for _, t, c in versions if t <= low]
+    if not before or not before[-1] or any(low < t <= high for _, t, _ in versions):
+        return None
+    return before[-1]
+
+
+def reads(recording: Recording, ground: Ground) -> list[Violation]:
+    """Every 2xx read by an identity limited to namespaces (a route, its history, a /config
+    page) against the namespaces of the CRs that ever claimed the routes it shows."""
+    found: list[Violation] = []
+    identities = recording.settings.get("identities") or {}
+    for r in recording.requests:
+        allowed = (identities.get(r.identity) or {}).get("namespaces")
+        if r.replica == KUBE or r.method != "GET" or allowed is None or r.status != 200:
+            continue
+        bare = r.path.split("?", 1)[0]
+        if bare.startswith("/routes/"):
+            routes = [bare.split("/")[2]]
+        elif bare == "/config":
+            routes = [str(i.get("route")) for i in (r.response_body or {}).get("items") or []]
+        else:
+            continue
+        for route in routes:
+            places = {s.namespace for s in ground.claimants(route)}
+            if places and not places & set(allowed):
+                found.append(
+                    Violation(
+                        "reads",
+                        READS,
+                        f"{r.identity} (namespaces {allowed}) was shown it, of {sorted(places)}",
+                        route,
+                        [describe_request(r)],
+                    )
+                )
     return found

@@ -98,7 +98,7 @@ def _warning(result: Result) -> dict[str, str]:
 
 def _record(request: Request, caller: Caller, write: _Write) -> None:
     """A stored write, in an Event on the CR (a no-op in none). Its place in the route's
-    history is recorded when the watch brings the change (see slo_api/history.py)."""
+    history is recorded when the watch brings the change (see slo_api/history/)."""
     _record_event(request, caller, write)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from slo_api.feed import framing
 from slo_api.feed.flusher import WRITE_BYTES, Flusher
-from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History
+from slo_api.feed.history import BLOCK, VIEWS, ChangeLog, Expired, History, versions_of
 from slo_api.feed.pump import Pump, Write
 from slo_api.feed.registry import Registry, Stream, StreamAccess
 from slo_api.metrics import Metrics
@@ -172,9 +172,10 @@ class Feed:
             history = self.log.history(view, None)
         else:
             history = self.log.history(view, kind)
-        cursor, reached = (self.log.seq, None) if since is None else self.log.parse(since, history)
+        cursor, floor = (self.log.seq, None) if since is None else self.log.parse(since, history)
         stream = Stream(history, kind, sse, cursor, access, allowed, initial=since is None)
-        stream.reached = reached
+        if floor is not None:
+            stream.floor, stream.reached = floor, versions_of(floor)
         stream.bookmarks = self.flusher.round
         self.registry.add(stream)
         self.metrics.watchers.set(len(self.registry))
@@ -323,7 +324,9 @@ class Feed:
                     continue
             elif stream.bookmarks != flusher.round:
                 stream.bookmarks = flusher.round
-                chunk = framing.bookmark(changelog.revision(stream.cursor), stream.sse)
+                chunk = framing.bookmark(
+                    changelog.revision(stream.cursor, stream.floor), stream.sse
+                )
                 count, upto = 1, stream.cursor
             else:
                 return sent
@@ -446,7 +449,9 @@ class Feed:
     def tail(self, stream: Stream) -> bytes:
         """The stream's last bytes: its ERROR line, or a final bookmark of where it got to
         (its lifetime is over, or the server stops): the place to resume from."""
-        written = None if stream.written is None else self.log.revision(stream.written)
+        written = (
+            None if stream.written is None else self.log.revision(stream.written, stream.floor)
+        )
         if stream.ended is not None:
             code, message = stream.ended
             error = framing.error(code, message, written, stream.sse)

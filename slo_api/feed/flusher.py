@@ -159,9 +159,12 @@ class Flusher:
         kind, allowed, sse = stream.kind, stream.allowed, stream.sse
         # Static tokens (allowed None) see every `pool`: nothing to choose per change.
         full_view = self.log.service.full_view if allowed is not None else None
+        # Till it caught up, a resumed stream's positions may stand above every other's.
+        floor = stream.floor if reached is not None else None
         lines = []
         for change in changes:
-            encoded = change.event(kind, allowed, sse, position, full_view)
+            own = None if floor is None else self.log.position_above(change.seq, floor)
+            encoded = change.event(kind, allowed, sse, position, full_view, own)
             if encoded is not None:
                 lines.append(encoded)
         # Read to the end: nothing newer concerns this history, so the stream is level with

@@ -46,6 +46,9 @@ VIEWS = ("summary", "full")
 # Per informer, sorted: the resourceVersion it reached, and 1 + the objects it held there
 # (0: not known, the index being ahead of what was published for it).
 Vector = tuple[tuple[Source, int, int], ...]
+# Per informer, the version a resumed stream's revision had reached and 1 + the objects held
+# there (0: not known).
+Floor = dict[Source, tuple[int, int]]
 Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
@@ -89,8 +92,15 @@ class Change:
     frames: dict[tuple[str, bool, bool], bytes] | None = None
 
     def frame(
-        self, type_: str, sse: bool, revision: Callable[[int], bytes], plain: bool = False
+        self,
+        type_: str,
+        sse: bool,
+        revision: Callable[[int], bytes],
+        plain: bool = False,
+        own: bytes | None = None,
     ) -> bytes:
+        """This change framed; `own` is a position only one stream is given (see
+        ChangeLog.position_above): framed for it alone, not kept."""
         deleted = type_ == "DELETED"
         variant = self.plain_before if deleted else self.plain_after
         plain = plain and variant is not None  # the same bytes otherwise: framed once
@@ -98,20 +108,22 @@ class Change:
         frames = self.frames
         if frames is None:
             frames = self.frames = {}
-        encoded = frames.get(key)
+        encoded = None if own is not None else frames.get(key)
         if encoded is None:
             if self.by_of is not None:
                 self.by, self.by_of = self.by_of(self.rv), None
             item = variant if plain else self.before if deleted else self.after
             assert item is not None
-            position = revision(self.seq)
-            encoded = frames[key] = framing.frame(
+            position = revision(self.seq) if own is None else own
+            encoded = framing.frame(
                 framing.change_line(
                     type_, self.route, item, position, None if deleted else self.by
                 ),
                 position,
                 sse,
             )
+            if own is None:
+                frames[key] = encoded
         return encoded
 
     def event(
@@ -121,6 +133,7 @@ class Change:
         sse: bool,
         revision: Callable[[int], bytes],
         full_view: Callable[[Owners, Allowed | None], str] | None = None,
+        own: bytes | None = None,
     ) -> bytes | None:
         """This change as a stream sees it; `full_view` (Service.full_view) picks, in the
         full view, whether it sees a member's `pool`."""
@@ -128,10 +141,10 @@ class Change:
         now = shown(self.owners_after, kind, allowed)
         if now:
             plain = full_view is not None and full_view(self.owners_after, allowed) != "full"
-            return self.frame("MODIFIED" if was else "ADDED", sse, revision, plain)
+            return self.frame("MODIFIED" if was else "ADDED", sse, revision, plain, own)
         if was:
             plain = full_view is not None and full_view(self.owners_before, allowed) != "full"
-            return self.frame("DELETED", sse, revision, plain)
+            return self.frame("DELETED", sse, revision, plain, own)
         return None
 
     @property
@@ -271,8 +284,13 @@ class ChangeLog:
         _, after, inside, lasts = self._marks[at]
         return after if seq in lasts else inside
 
-    def revision(self, seq: int) -> str:
-        vector = self.vector(seq)
+    def revision(self, seq: int, floor: Floor | None = None) -> str:
+        """The revision of a stream's position `seq`. A stream resumed from another
+        process's revision also had everything that revision reached: `floor` (its
+        versions, see parse) raises the versions to it, else a line it is sent before this
+        process caught up would name older versions than the client holds, and a resume
+        from that line elsewhere would send it older states again."""
+        vector = self.vector(seq) if floor is None else self.raised(seq, floor)
         payload = bytearray(self._epoch)
         _varint(payload, seq)
         payload += _digest(s for s, _, _ in vector)
@@ -284,6 +302,20 @@ class ChangeLog:
 
     def position(self, seq: int) -> bytes:
         return self.revision(seq).encode()
+
+    def raised(self, seq: int, floor: Floor) -> Vector:
+        """vector(seq), each informer's version at least the one `floor` names."""
+        return tuple(
+            (s, *floor[s]) if s in floor and floor[s][0] > v else (s, v, held)
+            for s, v, held in self.vector(seq)
+        )
+
+    def position_above(self, seq: int, floor: Floor) -> bytes | None:
+        """The position of `seq` for a stream resumed from `floor`, or None where it is
+        the one every stream is given (the frames cached for all can be used)."""
+        if self.raised(seq, floor) == self.vector(seq):
+            return None
+        return self.revision(seq, floor).encode()
 
     def _decode(self, revision: str) -> tuple[bytes, int, bytes, list[int]]:
         try:
@@ -331,9 +363,10 @@ class ChangeLog:
             source: (values[i], held[i] - 1 if held[i] else None) for i, source in enumerate(mine)
         }
 
-    def parse(self, revision: str, history: History) -> tuple[int, dict[Source, int] | None]:
+    def parse(self, revision: str, history: History) -> tuple[int, Floor | None]:
         """The sequence a resume in `history` may start after, and for a revision from
-        another process the version it reached per informer (`reached`), or Expired.
+        another process the version it reached per informer with the objects held there
+        (as a Vector's, 0: not known), or Expired.
 
         The history is in the order this process recorded its changes, not in versions: its
         own write is recorded from its answer, which may be ahead of its informers, before the
@@ -351,24 +384,25 @@ class ChangeLog:
         limits = self.service.limits
         first = {**self.index.first_positions, **limits.first_positions}
         lists = {**self.index.first_lists, **limits.first_lists}
-        reached: dict[Source, int] = {}
+        floor: Floor = {}
         for source, (version, held) in remote.items():
             if version < history.floor_rv.get(source, 0):
                 state = history.floor_state.get(source)
                 if state is None or held != state[1] or state[0] > version:
                     raise Expired(f"revision {revision!r} is older than the history kept")
-            reached[source] = version
+            floor[source] = (version, 0 if held is None else held + 1)
             if version < first.get(source, 0):
                 # Before this process's first list (a restart, a new replica): covered only
                 # if nothing moved since, and then it stands where that list did.
                 listed = lists.get(source)
                 if listed is None or held != listed[1] or listed[0] > version:
                     raise Expired(f"revision {revision!r} is older than the history kept")
-                reached[source] = first[source]
+                floor[source] = (first[source], listed[1] + 1)
+        reached = versions_of(floor)
         for change in history.live():
             if not reached_by(change, reached):
-                return change.seq - 1, reached
-        return self.seq, reached
+                return change.seq - 1, floor
+        return self.seq, floor
 
     def caught_up(self, reached: dict[Source, int]) -> bool:
         """Whether every change recorded from now on is past `reached` (the informers have
@@ -658,6 +692,10 @@ class ChangeLog:
                 self._dropped_upto = self._mark_seqs[drop - 1]
                 del self._marks[:drop]
                 del self._mark_seqs[:drop]
+
+
+def versions_of(floor: Floor) -> dict[Source, int]:
+    return {source: version for source, (version, _) in floor.items()}
 
 
 def reached_by(change: Change, reached: dict[Source, int]) -> bool:

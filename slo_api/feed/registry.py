@@ -16,7 +16,7 @@ from collections import Counter
 from typing import NamedTuple, Protocol
 
 from slo_api.errors import ApiError
-from slo_api.feed.history import History
+from slo_api.feed.history import Floor, History
 from slo_api.feed.pump import Pump, Write
 from slo_api.index import Source
 from slo_api.service import Allowed
@@ -79,6 +79,7 @@ class Stream:
         "cursor",
         "ended",
         "finished",
+        "floor",
         "gone",
         "history",
         "holder",
@@ -128,6 +129,9 @@ class Stream:
         # And the routes it was sent a change of since: their later changes are this process's
         # later items (they may show what the revision had reached with what it had not).
         self.reached: dict[Source, int] | None = None
+        # And that revision's versions with the objects held there, for the life of the
+        # stream: no position it is given names less (ChangeLog.revision).
+        self.floor: Floor | None = None
         self.resent: set[str] = set()
         # Why the server ended it: (code, message); None while it runs.
         self.ended: tuple[str, str] | None = None

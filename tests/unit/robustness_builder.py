@@ -45,6 +45,7 @@ class Builder:
     rv: int = 100
     crs: dict[str, Obj] = field(default_factory=dict)  # by name
     sessions: list[Session] = field(default_factory=list)
+    caps: dict[str, Obj] = field(default_factory=dict)  # each namespace's SLOLimits `default`
     # Whether changes get their revisions and stream lines as a correct slo-api gives them.
     auto: bool = True
     finished: bool = False
@@ -193,6 +194,7 @@ class Builder:
         self._tell("DELETED", obj, obj)
 
     def limits(self, namespace: str, caps: Obj) -> None:
+        self.caps[namespace] = caps
         obj = {
             "metadata": {
                 "name": "default",
@@ -222,6 +224,53 @@ class Builder:
                 answered=None if status is None else sent + 0.01,
                 status=status,
                 error=error,
+            )
+        )
+
+    def started(
+        self, replica: str, missing: tuple[str, ...] = (), without_limits: bool = False
+    ) -> None:
+        """A replica (re)started: its /readyz polled (refused, 503, then 200) and its full
+        view read, as a correct slo-api serves it, less the `missing` routes' items (and, with
+        `without_limits`, every item's limits)."""
+        for status in (None, 503, 200):
+            sent = self.tick(0.25)
+            self.recording.add(
+                Request(
+                    id=f"s{next(self._ids)}",
+                    replica=replica,
+                    identity="writer",
+                    method="GET",
+                    path="/readyz",
+                    sent=sent,
+                    answered=None if status is None else sent + 0.01,
+                    status=status,
+                    error="connection refused" if status is None else None,
+                    phase="starting",
+                )
+            )
+        items = []
+        for obj in self.crs.values():
+            if _route(obj) in missing:
+                continue
+            shown = item(obj, "full")
+            caps = self.caps.get(obj["metadata"]["namespace"])
+            if caps and obj["kind"] != "pool" and not without_limits:
+                shown["limits"] = caps
+            items.append(shown)
+        sent = self.tick(0.01)
+        self.recording.add(
+            Request(
+                id=f"s{next(self._ids)}",
+                replica=replica,
+                identity="writer",
+                method="GET",
+                path="/config?view=full&page=1&pageSize=200",
+                sent=sent,
+                answered=sent + 0.01,
+                status=200,
+                response_body={"items": items},
+                phase="ready",
             )
         )
 

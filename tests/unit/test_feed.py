@@ -1064,3 +1064,25 @@ async def test_a_resume_after_a_write_ahead_of_the_watches_ends_at_the_replicas_
     assert last["object"]["limits"] == {"maxPriority": 9}
     for r in (on_a, on_b, resumed):
         await r.stop()
+
+
+async def test_a_line_sent_before_a_resumed_stream_caught_up_resumes_without_older_states() -> None:
+    a, b = make_feed(), make_feed()
+    both = [a, b]
+    listed(both, [cr("a", "x", "chat", rv=10), cr("a", "y", "code", rv=10)], 10)
+    on_a, on_b = await reader(a), await reader(b)
+    # b stores its own write from its answer while its informer is still at 10.
+    answer = {"apiVersion": f"{GROUP}/v1alpha1", **cr("a", "x", "chat", rv=14, priority=9)}
+    assert b.index.write_through(LLM, answer)
+    event(both, cr("a", "y", "code", rv=11, priority=2))
+    event(both, cr("a", "y", "code", rv=12, priority=3))
+    await on_a.settle()
+    resumed = await reader(b, since=on_a.events[-1]["revision"])
+    assert resumed.changes() == [("MODIFIED", "chat")]
+    # The client holds code's priority 3 (from a) and chat's 9 (from b). Resuming from the
+    # line b sent must not bring code's older priority 2 back.
+    again = await reader(a, since=resumed.events[0]["revision"])
+    assert ("MODIFIED", "code") not in again.changes()
+    assert again.changes() in ([], [("MODIFIED", "chat")])  # a resume may repeat its change
+    for r in (on_a, on_b, resumed, again):
+        await r.stop()

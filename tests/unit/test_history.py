@@ -11,16 +11,10 @@ import orjson
 import pytest
 
 from slo_api.errors import ApiError
-from slo_api.history import (
-    LEGACY_LABEL,
-    REVISIONS,
-    VALUE_CAP,
-    History,
-    capped,
-    changes_between,
-    owned_body,
-    writer,
-)
+from slo_api.history import History, writer
+from slo_api.history.changes import VALUE_CAP, capped, changes_between, owned_body
+from slo_api.history.legacy import LEGACY_LABEL
+from slo_api.history.revisions import REVISIONS
 from slo_api.index import Entry
 from slo_api.kinds.llm import LLMKind
 from slo_api.kinds.pool import PoolKind

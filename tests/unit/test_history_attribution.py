@@ -8,7 +8,8 @@ import asyncio
 import re
 from typing import Any
 
-from slo_api.history import History, revision_name, writer
+from slo_api.history import History, writer
+from slo_api.history.revisions import revision_name
 from slo_api.kube import KubeError
 from slo_api.ownership import ARGOCD_TRACKING_ANNOTATION
 from slo_api.recovery import Recovery

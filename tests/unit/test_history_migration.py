@@ -13,16 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slo_api.history import (
-    LEGACY_LABEL,
-    REVISIONS,
-    VALUE_CAP,
-    History,
-    _decimal,
-    _not_after,
-    _order,
-    writer,
-)
+from slo_api.history import History, writer
+from slo_api.history.changes import VALUE_CAP
+from slo_api.history.legacy import LEGACY_LABEL, _decimal, _not_after
+from slo_api.history.revisions import REVISIONS, order
 from slo_api.kube import KubeError
 from slo_api.service import Target
 from tests.unit import vtime
@@ -307,11 +301,11 @@ def test_ids_are_compared_as_the_numbers_they_write_and_no_text_reaches_int(
     text: str, a: int, b: int
 ) -> None:
     # Anything at all: an order, never an exception (the read that sorts answers 200).
-    assert sorted([_order({"id": text}), _order({"id": "7"})]) is not None
+    assert sorted([order({"id": text}), order({"id": "7"})]) is not None
     # Decimal versions by their digits, whatever the clocks their times came from say.
     newer = {"id": str(max(a, b) + 1), "time": "2026-01-01T00:00:00Z"}
     older = {"id": str(max(a, b)), "time": "2026-01-01T00:00:01Z"}
-    assert _order(older) < _order(newer)
+    assert order(older) < order(newer)
     accepted = _decimal(text)
     assert accepted is None or (re.fullmatch(r"0|[1-9][0-9]{0,19}", text) and accepted == text)
     # resourceVersions as etcd writes them: compared without int(), as int() would.

@@ -96,6 +96,38 @@ async def test_readyz_is_503_with_a_reason_until_every_kind_synced(start: Starte
         assert (await client.get("/readyz")).status_code == 200
 
 
+async def test_readyz_is_503_until_the_guardrails_are_listed_too(start: Started) -> None:
+    # A ready replica must serve each route's limits: a full view read before the SLOLimits
+    # were listed showed none (found by the robustness harness's readiness validator).
+    gate = asyncio.Event()
+
+    async def slow_limits(method: str, *args: Any) -> None:
+        if method == "list" and args[0].plural == "slolimits":
+            await gate.wait()
+
+    limits = {
+        "apiVersion": "inference.modelsphere.dev/v1alpha1",
+        "kind": "SLOLimits",
+        "metadata": {"name": "default", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"maxPriority": 8},
+    }
+    kube = FakeKube(
+        {"llmslorequirements": [llm_cr("a")], "slolimits": [limits]}, error_callback=slow_limits
+    )
+    async with start(kube, ready=False) as (client, app):
+        informers = app.state.runtime.informers
+        await until(lambda: all(i.synced for i in informers), "every kind synced")
+        waiting = await client.get("/readyz")
+        assert waiting.status_code == 503
+        assert "slolimits" in waiting.json()["reason"]
+        assert (await client.get("/config", headers=AUTH)).status_code == 503
+        gate.set()
+        await until_ready(app)
+        assert (await client.get("/readyz")).status_code == 200
+        route = (await client.get("/routes/a", headers=AUTH)).json()
+        assert route["limits"] == {"maxPriority": 8}
+
+
 async def test_readyz_reports_a_missing_crd_as_synced_and_absent(start: Started) -> None:
     kube = FakeKube()
     kube.missing.add("jobslorequirements")

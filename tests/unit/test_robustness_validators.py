@@ -11,7 +11,7 @@ import pytest
 
 from robustness.__main__ import main
 from robustness.model import build
-from robustness.recording import GAP, Truth, load
+from robustness.recording import GAP, Request, Truth, load
 from robustness.validators import VALIDATORS, Violation, report, validate
 from tests.unit.robustness_builder import Builder, item
 
@@ -459,6 +459,88 @@ def test_a_replica_serving_an_older_resource_version_of_the_same_fields_is_caugh
     final.response_headers["ETag"] = f'"{rv - 1}"'
     found = caught(b, "convergence")
     assert f"serves resourceVersion {rv - 1}, stored {rv}" in found[0].message
+
+
+def started_later() -> Builder:
+    """The clean recording, then a replica restarted well after every CR was made."""
+    b = clean()
+    b.tick(30)
+    return b
+
+
+def test_a_replica_started_and_ready_as_slo_api_does_passes() -> None:
+    b = started_later()
+    b.started("c")
+    # Its start's refused connections and 503s are not held against it.
+    assert validate(b.finish()) == []
+
+
+def test_a_replica_ready_before_its_index_holds_every_route_is_caught() -> None:
+    b = started_later()
+    b.started("c", missing=("render",))
+    (found,) = caught(b, "readiness")
+    assert found.route == "render"
+    assert "replica c" in found.message
+
+
+def test_a_replica_ready_before_it_knows_its_namespaces_limits_is_caught() -> None:
+    b = started_later()
+    b.started("c", without_limits=True)
+    (found,) = caught(b, "readiness")
+    assert found.route == "chat"
+    assert "maxPriority" in found.message
+
+
+def test_a_route_made_while_a_replica_started_is_not_required_of_it() -> None:
+    b = started_later()
+    b.create("late", "llm", "b")
+    b.started("c", missing=("late",))
+    assert [v for v in validate(b.finish()) if v.validator == "readiness"] == []
+
+
+def read_as(b: Builder, identity: str, path: str, items: list[str] | None = None) -> None:
+    body = {"items": [{"route": r} for r in items]} if items is not None else {"route": "x"}
+    sent = b.tick(0.01)
+    b.recording.add(
+        Request(
+            id=f"read-{sent}",
+            replica="a",
+            identity=identity,
+            method="GET",
+            path=path,
+            sent=sent,
+            answered=sent + 0.01,
+            status=200,
+            response_body=body,
+        )
+    )
+
+
+def test_reads_within_the_callers_namespaces_pass() -> None:
+    b = clean()
+    read_as(b, "team-a", "/routes/chat")
+    read_as(b, "team-a", "/routes/slot/history")
+    read_as(b, "team-a", "/config?view=full", ["chat", "slot"])
+    read_as(b, "writer", "/config?view=summary", ["chat", "render", "slot"])
+    assert validate(b.finish()) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "items"),
+    [
+        ("/routes/render", None),
+        ("/routes/render/history", None),
+        ("/config?view=summary&page=1", ["chat", "render"]),
+    ],
+)
+def test_a_read_showing_a_route_outside_the_callers_namespaces_is_caught(
+    path: str, items: list[str] | None
+) -> None:
+    b = clean()
+    read_as(b, "team-a", path, items)
+    (found,) = caught(b, "reads")
+    assert found.route == "render"
+    assert "team-a" in found.message
 
 
 def test_every_validator_is_named_and_tested_here() -> None:

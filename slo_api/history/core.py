@@ -1,0 +1,514 @@
+"""A route's history: who changed its client-owned fields, when, from what, and the body after.
+
+Where it lives: one immutable `RouteRevision` per change (see revisions.py),
+owned by the CR and named from its uid and the resourceVersion the change made. No value is
+stored beyond `VALUE_CAP` bytes (a larger one is kept as its sha256 and size), so no revision
+can grow past what the API server stores and no route's history can stop recording.
+
+What a revision says comes from the watch only: each is the difference between two
+consecutive states the informers observed for one CR (never a write's answer). Who made it:
+- a write through slo-api is recorded by the replica that made it, with its caller and
+  request ids: the replica notes the resourceVersion the API server answered (`wrote`), and
+  the informer's event carrying that version is its change;
+- any other change names the field manager whose managedFields entry it touched, or
+  `unknown`;
+- a change whose manager is slo-api that this replica did not make is some other replica's:
+  it is left to that replica for `GRACE` (the upstream timeout: its answer has arrived by
+  then), then recorded with the actor `unknown` if nobody did (a create that is a no-op when
+  the other replica did). So is a change no manager stamped (`unknown`): a reset through
+  slo-api, nulls for the only fields it held, leaves no slo-api entry in managedFields. A
+  replica whose own write finds such a placeholder replaces it (see attribution.py).
+A relist shows a new state without the ones between: the change recorded is from the last
+state observed to the listed one; it is a caller's only if it starts at the state the caller's
+write was made on, and a revision of the same version made from consecutive states (by a
+replica that saw them) replaces it. A read waits only for this replica's own writes.
+
+Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py): kept in
+memory per CR for the write guard (`remembered`), and read back from the newest revision after
+a restart for the CRs that carry a GitOps marker.
+
+History kept by earlier versions in ConfigMaps is carried over into revisions once, and read
+beside them until then (see legacy.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slo_api.bounded import BoundedDict
+from slo_api.history.attribution import SELF, UNKNOWN, Mine, changed_by, who, writer
+from slo_api.history.changes import Change, diff, generation, owned_fields, state_digest
+from slo_api.history.legacy import Legacy
+from slo_api.history.revisions import (
+    ROLE,
+    Revisions,
+    data_of,
+    is_placeholder,
+    order,
+    owners_of,
+)
+from slo_api.index import Entry, Name, resource_version, uid_of
+from slo_api.kinds.base import Kind, Obj
+from slo_api.kube import Kube, KubeError, log_failure
+from slo_api.managed_fields import last_changed, stamps
+from slo_api.metrics import Metrics
+from slo_api.ownership import Owner, Ownership
+from slo_api.service import Target
+from slo_api.upstream import failure
+
+log = logging.getLogger("slo_api.history")
+
+# This replica's own writes remembered by resourceVersion until their event arrives.
+MINE_KEPT = 4096
+# Who made the recent changes the informers saw, by resourceVersion (the change stream's `by`).
+BY_KEPT = 4096
+# CRs first seen in a list looked at per turn of the event loop (about 30 ms of decoding).
+FIRSTS_AT_ONCE = 1000
+# Reads of the newest revision of GitOps-marked CRs after a restart, at once.
+SEEDS_AT_ONCE = 4
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(slots=True)
+class _Seen:
+    """The last state the informers observed of one CR (per API group): enough to diff. A
+    state first seen in a list is kept as the index's entry (shared, not copied) and decoded
+    only when the CR changes: a list of 100,000 CRs decodes none of them here."""
+
+    uid: str | None
+    # The version as its source gives it (the index's entry's, or the object's
+    # resourceVersion): only ever compared for equality.
+    rv: int | str | None
+    # metadata.generation (None: not known, a state first seen in a list).
+    gen: int | None
+    entry: Entry | None
+    fields: dict[str, Any] | None
+    # When each manager last changed it (None: only the newest of them, `last`, is known: the
+    # index's copy keeps no managedFields but the GitOps tools').
+    managers: dict[str, int] | None
+    last: tuple[float, tuple[str, ...]]
+
+    def decoded(self, kind: Kind) -> dict[str, Any]:
+        if self.fields is None:
+            self.fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
+            self.entry = None
+        return self.fields
+
+
+class History:
+    def __init__(
+        self,
+        kube: Kube,
+        kinds: list[Kind],
+        limit: int,
+        metrics: Metrics | None = None,
+        ownership: Ownership | None = None,
+        grace: float | None = None,
+        pause: Callable[[float], Awaitable[object]] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.metrics = metrics or Metrics()
+        self.kinds = {k.resource.plural: k for k in kinds}
+        self.limit = limit
+        self.ownership = ownership or Ownership()
+        # How long a change made through slo-api is left to the replica that made it.
+        self.grace = kube.timeout if grace is None else grace
+        self._seen: dict[tuple[str, str, Name], _Seen] = {}
+        self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
+        self._by: BoundedDict[str, Obj] = BoundedDict(BY_KEPT)
+        # The GitOps owners in effect after the newest change observed, per CR uid.
+        self._remembered: dict[str, dict[str, Owner]] = {}
+        # Per CR uid: recordings of this replica's own writes under way (a read on this
+        # replica waits for them, no other).
+        self._recording: dict[str, set[asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Changes made by slo-api that no answer here named yet, waiting (by version), with
+        # the task that records them.
+        self._answers: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
+        # Per CR uid: this replica's writes whose change the informers have not brought yet.
+        self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+        # The generation the informers last reached of the CRs most recently changed (a
+        # write's answer may come after its event).
+        self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
+        self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
+        # Per CR uid whose seed (see _seed) is under way: the newest state observed since.
+        self._seeding: dict[str, Obj] = {}
+        # CRs first seen in a list, waiting to be looked at (see _first_sight).
+        self._firsts: list[tuple[Kind, Entry]] = []
+        self._firsts_task: asyncio.Task[None] | None = None
+        self.revisions = Revisions(kube, limit, self.metrics, pause)
+        self.legacy = Legacy(kube, self.kinds, self.revisions)
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0
+
+    @property
+    def pause(self) -> Callable[[float], Awaitable[object]]:
+        """How a recording waits before it retries (see Revisions.pause)."""
+        return self.revisions.pause
+
+    @pause.setter
+    def pause(self, pause: Callable[[float], Awaitable[object]]) -> None:
+        self.revisions.pause = pause
+
+    # -- what the write path and the change stream ask -------------------------------------
+
+    def wrote(self, obj: Obj, before: Obj | None = None, kind: Kind | None = None) -> None:
+        """A write through this replica, made on `before` (its precondition), was answered
+        with `obj`: its change is this caller's."""
+        mine, rv, uid = writer.get(), resource_version(obj), uid_of(obj)
+        if mine is not None and rv:
+            start = None
+            if before is not None and kind is not None:
+                start = state_digest(owned_fields(kind, before))
+            self._mine[rv] = Mine(mine, start)
+            pending = self._answers.get(rv)
+            if pending is not None:  # its event came first, and waits for this answer
+                pending[0].set()
+                if uid:
+                    self._own(uid, pending[1])
+            gen = generation(obj)
+            if uid and self.enabled and (gen is None or self._reached.get(uid, -1) < gen):
+                # Until the watch brings it, a read of this route here waits for it.
+                waiting = asyncio.get_running_loop().create_future()
+                self._unseen.setdefault(uid, []).append((gen or 0, waiting))
+
+    def by(self, rv: int | str) -> Obj | None:
+        """Who made the change at resourceVersion `rv`, as the history records it: the caller
+        and request ids for a write through this replica, the field manager for a change the
+        informers saw; None when not known."""
+        key = str(rv)
+        mine = self._mine.get(key)
+        if mine is not None:
+            return who(mine.writer[0], SELF, mine.writer[1], mine.writer[2])
+        return self._by.get(key)
+
+    def tracked(self) -> set[str]:
+        """The CR uids this replica keeps anything for (beyond the last state seen)."""
+        return {
+            *self._remembered,
+            *self._unseen,
+            *self._reached,
+            *self._seeding,
+            *self._recording,
+        }
+
+    def remembered(self, obj: Obj) -> Mapping[str, Owner]:
+        """The GitOps owners in effect for the CR after its newest observed change."""
+        uid = uid_of(obj)
+        return self._remembered.get(uid, {}) if uid else {}
+
+    def _owners_after(
+        self, before: Mapping[str, Owner], old: Obj | None, new: Obj
+    ) -> dict[str, Owner]:
+        # The one place the ownership rule is applied to a change: a field a GitOps tool
+        # applied stays the tool's after a forced write or a kubectl edit, until it applies
+        # again (`before` is what was in effect after the previous observed state).
+        return self.ownership.carry(before, old, new)
+
+    # -- observing -------------------------------------------------------------------------
+
+    def observe(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+        """The index's observer: a state the informers saw (an event or a relist's), or None
+        when the CR is gone."""
+        kind = self.kinds.get(plural)
+        if kind is None:
+            return
+        key = (plural, group, name)
+        if state is None:
+            seen = self._seen.pop(key, None)
+            if seen is not None and seen.uid:
+                self._forget(seen.uid)
+            return
+        prev = self._seen.get(key)
+        if isinstance(state, Entry):
+            if (
+                prev is not None
+                and prev.uid == state.uid
+                and state.rv is not None
+                and prev.rv in (state.rv, str(state.rv))
+            ):
+                return  # a relist's copy of what was seen: nothing to decode
+            if prev is None or prev.uid != state.uid:
+                if prev is not None and prev.uid:
+                    self._forget(prev.uid)  # re-created while the watch was away
+                last = (state.stamp, state.latest)
+                self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
+                self._first_sight(kind, state)
+                return
+            obj = state.obj()
+        else:
+            obj = state
+        uid, gen = uid_of(obj), generation(obj)
+        if prev is not None and prev.uid == uid:
+            if prev.rv == resource_version(obj):
+                return  # a repeated event
+            if gen is not None and prev.gen is not None and gen < prev.gen:
+                return  # older than what was seen (a late event)
+        fields = owned_fields(kind, obj)
+        if isinstance(state, Entry):  # a relist's: managedFields trimmed
+            last = (state.stamp, state.latest)
+            self._seen[key] = _Seen(uid, state.rv, gen, None, fields, None, last)
+        else:
+            rv = resource_version(obj)
+            self._seen[key] = _Seen(uid, rv, gen, None, fields, stamps(obj), last_changed(obj))
+        if uid is None:
+            return
+        if prev is not None and prev.uid and prev.uid != uid:
+            self._forget(prev.uid)
+        if uid in self._seeding:
+            self._seeding[uid] = obj
+        if uid in self._unseen:
+            self._arrived(uid, gen)
+        if gen is not None and prev is not None:  # a change, not a first sight
+            self._reached.pop(uid, None)
+            self._reached[uid] = gen
+        before = self._remembered.get(uid)
+        owners = self._owners_after(before or {}, None, obj)
+        if owners or before:
+            self._remembered[uid] = owners
+        if prev is None or prev.uid != uid:
+            # First seen here (a start, or a re-created CR): nothing to diff with. A CR at
+            # generation 1 was seen from its creation on: no change of it is stored yet, so
+            # there is nothing to read back (and its first change need not wait to name owners).
+            if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
+                self._start_seed(kind, obj, uid)
+            return
+        if (
+            prev.entry is not None  # first seen in a list, and not looked at since
+            and before is None
+            and uid not in self._seeding
+            and self.enabled
+            and self.ownership.markers(obj)
+        ):
+            self._start_seed(kind, obj, uid)
+        # Until its seed is in, this replica does not know the owners in effect: it says
+        # nothing of them rather than that there are none.
+        recorded = None if uid in self._seeding else owners
+        old = prev.decoded(kind)
+        changes = diff(kind, old, fields)
+        if not changes:
+            return
+        manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
+        gap = state_digest(old) if isinstance(state, Entry) else None
+        change = Change(kind, obj, changes, when or _now(), gap)
+        version = resource_version(obj)
+        mine = self._mine.get(version)
+        if mine is not None and mine.made(change):
+            self._record(change, mine.writer[0], SELF, *mine.writer[1:], recorded, own=True)
+            return
+        actor = UNKNOWN if manager == SELF else manager
+        self._by[version] = who(actor, manager, None, None)
+        if mine is not None:
+            # A relist's gap that ends at this replica's write but holds more than it: it is
+            # not pinned on the caller.
+            self._record(change, actor, manager, None, None, recorded)
+        elif manager in (SELF, UNKNOWN):
+            # Another replica's write, or this one's whose answer is still on its way: a
+            # reset through slo-api (nulls for the only fields it held) leaves no slo-api
+            # entry in managedFields, so a change no manager stamped may be one too.
+            self._later(change, version, manager, recorded)
+        else:
+            self._record(change, manager, manager, None, None, recorded)
+
+    def _start_seed(self, kind: Kind, obj: Obj, uid: str) -> None:
+        self._seeding[uid] = obj
+        self._spawn(self._seed(kind, uid))
+
+    def _forget(self, uid: str) -> None:
+        """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
+        self._remembered.pop(uid, None)
+        self._reached.pop(uid, None)
+        self._seeding.pop(uid, None)
+        self._arrived(uid, None)
+
+    def _first_sight(self, kind: Kind, entry: Entry) -> None:
+        """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
+        those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
+        a turn of the loop (a list of 100,000 CRs must not stall it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # an index filled outside a running service: nothing to look up
+        self._firsts.append((kind, entry))
+        if self._firsts_task is None or self._firsts_task.done():
+            self._firsts_task = loop.create_task(self._look_at_firsts())
+
+    async def _look_at_firsts(self) -> None:
+        while self._firsts:
+            batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
+            for kind, entry in batch:
+                if entry.uid is None or entry.uid in self._remembered or entry.uid in self._seeding:
+                    continue  # gone or changed since: what was seen then is newer
+                obj = entry.obj()
+                owners = self._owners_after({}, None, obj)
+                if owners:
+                    self._remembered[entry.uid] = owners
+                if self.enabled and self.ownership.markers(obj):
+                    self._start_seed(kind, obj, entry.uid)
+            await asyncio.sleep(0)
+
+    def _arrived(self, uid: str, gen: int | None) -> None:
+        """The informers reached generation `gen` of a CR (None: it is gone, or a state that
+        does not say): this replica's writes up to it are no longer awaited."""
+        left = []
+        for wanted, waiting in self._unseen.pop(uid, []):
+            if gen is None or wanted <= gen:
+                if not waiting.done():
+                    waiting.set_result(None)
+            else:
+                left.append((wanted, waiting))
+        if left:
+            self._unseen[uid] = left
+
+    def _later(self, change: Change, rv: str, via: str, owners: dict[str, Owner] | None) -> None:
+        if not self.enabled:
+            return
+
+        answered = asyncio.Event()
+
+        async def wait() -> None:
+            # Until this replica's own answer names the change (see `wrote`), or the grace
+            # is over: then it was another replica's.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.grace):
+                    await answered.wait()
+            held = self._answers.get(rv)
+            if held is not None and held[0] is answered:
+                del self._answers[rv]
+            mine = self._mine.get(rv)
+            if mine is not None and mine.made(change):
+                await self.revisions.store(change, mine.writer[0], SELF, *mine.writer[1:], owners)
+            else:
+                await self.revisions.store(
+                    change, UNKNOWN, via, None, None, owners, placeholder=True
+                )
+
+        # Not a recording a read here waits for, unless this replica's answer names it.
+        self._answers[rv] = (answered, self._spawn(wait()))
+
+    def _record(
+        self,
+        change: Change,
+        actor: str,
+        via: str,
+        request_id: str | None,
+        client_request_id: str | None,
+        owners: dict[str, Owner] | None,
+        *,
+        own: bool = False,
+    ) -> None:
+        if self.enabled:
+            task = self._spawn(
+                self.revisions.store(change, actor, via, request_id, client_request_id, owners)
+            )
+            uid = uid_of(change.obj)
+            if own and uid:
+                self._own(uid, task)
+
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _own(self, uid: str, task: asyncio.Task[None]) -> None:
+        """`task` records this replica's own write: a read of the CR here waits for it."""
+        if task.done():
+            return
+        waiting = self._recording.setdefault(uid, set())
+        waiting.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            waiting.discard(t)
+            if not waiting and self._recording.get(uid) is waiting:
+                del self._recording[uid]
+
+        task.add_done_callback(done)
+
+    async def _seed(self, kind: Kind, uid: str) -> None:
+        """After a start: the GitOps owners a marked CR's newest revision that says remembers,
+        merged with those observed since (which win), re-checked on the newest state observed
+        (the index's copy)."""
+        obj = self._seeding.get(uid)
+        if obj is None:
+            return
+        namespace = str((obj.get("metadata") or {}).get("namespace", ""))
+        try:
+            async with self._seeds:
+                try:
+                    entries = [data_of(r) for r in await self.revisions.listed(namespace, uid)]
+                except KubeError as exc:
+                    log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
+                    return
+            current = self._seeding.get(uid)
+            if current is None:
+                return  # gone meanwhile
+            told = [e for e in entries if isinstance(e.get("owners"), dict)]
+            newest = max(told, key=order, default=None)
+            seeded = owners_of(newest) if newest is not None else {}
+            merged = {**seeded, **self._remembered.get(uid, {})}
+            owners = self._owners_after(merged, None, current)
+            if owners:
+                self._remembered[uid] = owners
+            else:
+                self._remembered.pop(uid, None)
+        finally:
+            self._seeding.pop(uid, None)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def read(self, target: Target) -> list[Obj]:
+        """The route's history (the CR the route resolved to, by uid), newest first."""
+        # A caller reads its own write: the change it made here is waited for (the watch
+        # brings it within milliseconds), and so is its recording.
+        unseen = [waiting for _, waiting in self._unseen.get(target.uid, [])]
+        if unseen:
+            await asyncio.wait(unseen, timeout=self.kube.timeout)
+        pending = self._recording.get(target.uid)
+        if pending:
+            await asyncio.wait(list(pending), timeout=self.kube.timeout)
+        try:
+            items = await self.revisions.listed(target.namespace, target.uid)
+        except KubeError as exc:
+            raise failure(exc, "reading a route's history", ROLE) from None
+        entries: dict[str, Obj] = {}
+        for e in map(data_of, items):
+            # One entry per change: a replacement (or its spare copy) over a placeholder.
+            held = entries.get(str(e.get("id")))
+            if e and (held is None or is_placeholder(held)):
+                entries[str(e.get("id"))] = e
+        if self.legacy.left is not False:
+            for e in await self.legacy.entries(target):
+                entries.setdefault(str(e.get("id")), e)
+        out = sorted(entries.values(), key=order, reverse=True)
+        out = out[: self.limit] if self.limit else out
+        return [{**e, "migrated": e.get("migrated") is True} for e in out]
+
+    # -- carrying over the ConfigMaps of earlier versions ----------------------------------
+
+    async def migrate(self, namespaces: tuple[str, ...] | None = None) -> int:
+        """Carry every ConfigMap history an earlier version wrote over into revisions (see
+        legacy.py); returns the entries carried."""
+        return await self.legacy.migrate(namespaces)
+
+    async def close(self) -> None:
+        """Let the recordings under way finish, those waiting out their grace included
+        (bounded by the grace and the upstream timeout)."""
+        if self._firsts_task is not None:
+            self._firsts_task.cancel()
+        pending = list(self._tasks)
+        if pending:
+            _, left = await asyncio.wait(pending, timeout=self.grace + self.kube.timeout)
+            for task in left:
+                task.cancel()
