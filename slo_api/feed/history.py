@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import orjson
 
 from slo_api import heap
+from slo_api.bounded import BoundedDict
 from slo_api.feed import framing
 from slo_api.index import Source
 from slo_api.service import Allowed, Owners, Service, shown
@@ -55,6 +56,8 @@ NOWHERE: Source = ("", "", "")
 # blocks, each rebuilt only when one of its routes changes.
 BLOCK = 1024
 CHUNK = 500  # routes compared per turn of the event loop
+# The distinct claims of routes (kind, namespace, API group of each CR) shared among them.
+_SHARED_OWNERS: BoundedDict[Owners, Owners] = BoundedDict(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Measured bytes a history entry costs beside its item (the Change, its owners, its list
 # slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
@@ -451,7 +454,12 @@ class ChangeLog:
     def _owners_of(self, route: str) -> Owners:
         kinds = self.service.kinds
         # claimed_in, not claims: the index keeps CRs encoded, and only places are needed.
-        return tuple((kinds[plural].name, ns, g) for plural, ns, g in self.index.claimed_in(route))
+        owners = tuple(
+            (kinds[plural].name, ns, g) for plural, ns, g in self.index.claimed_in(route)
+        )
+        # Kept for every route: one tuple for all the routes of a kind in one namespace (and
+        # API group), not one each.
+        return _SHARED_OWNERS.setdefault(owners, owners)
 
     @property
     def pending(self) -> bool:
@@ -590,6 +598,8 @@ class ChangeLog:
         lasts: dict[str, int] = {}  # the last change of each view in this chunk
         lowest: dict[Source, int] = {}  # each cause's version, the lowest per informer
         count = self._pending_count
+        # One bound method for the chunk's changes, not one each (every change keeps it).
+        by_json = self._by_json if self._by is not None else None
         for route, (source, rv, by) in chunk:
             count[source] -= 1
             if count[source] <= 0:
@@ -637,7 +647,7 @@ class ChangeLog:
                     plain_before,
                     plain_after,
                     by,
-                    self._by_json if self._by is not None else None,
+                    by_json,
                 )
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
