@@ -58,7 +58,7 @@ from slo_api.history.revisions import (
 from slo_api.index import Entry, Name, exact, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, log_failure
-from slo_api.managed_fields import Stamps, last_changed, stamps
+from slo_api.managed_fields import Stamps, last_changed, stamps, without_managed_fields
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Target
@@ -353,7 +353,9 @@ class History:
             return
         manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
         gap = state_digest(old) if isinstance(state, Entry) else None
-        change = Change(kind, obj, changes, when or _now(), gap)
+        # Without managedFields (most of a decoded CR): the recording may wait on the API
+        # server, and a start or a busy GitOps sync has many under way.
+        change = Change(kind, without_managed_fields(obj), changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
         if mine is not None and mine.made(change):
