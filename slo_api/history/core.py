@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -165,12 +166,16 @@ class History:
         # The generation the informers last reached of the CRs most recently changed (a
         # write's answer may come after its event).
         self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
-        self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
+        # CRs whose seed waits (uid, namespace), and the tasks seeding them, at most
+        # SEEDS_AT_ONCE: a start seeds every marked CR, and a task each would cost more than
+        # what is seeded.
+        self._seed_queue: deque[tuple[str, str]] = deque()
+        self._seeders = 0
         # Per CR uid whose seed (see _seed) is under way: the newest state observed since,
         # as the index keeps it (its entry, or that encoded: see _pending).
         self._seeding: dict[str, Entry | bytes] = {}
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
-        self._firsts: list[tuple[Kind, Entry]] = []
+        self._firsts: list[Entry] = []
         self._firsts_task: asyncio.Task[None] | None = None
         self.revisions = Revisions(kube, limit, self.metrics, pause)
         self.legacy = Legacy(kube, self.kinds, self.revisions)
@@ -293,7 +298,7 @@ class History:
                     self._forget(prev.uid)  # re-created while the watch was away
                 last = (state.stamp, state.latest)
                 self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
-                self._first_sight(kind, state)
+                self._first_sight(state)
                 return
             obj = state.obj()
         else:
@@ -332,7 +337,7 @@ class History:
             # generation 1 was seen from its creation on: no change of it is stored yet, so
             # there is nothing to read back (and its first change need not wait to name owners).
             if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
-                self._start_seed(kind, self._pending(obj), uid, _namespace(obj))
+                self._start_seed(self._pending(obj), uid, _namespace(obj))
             return
         if (
             prev.entry is not None  # first seen in a list, and not looked at since
@@ -341,7 +346,7 @@ class History:
             and self.enabled
             and self.ownership.markers(obj)
         ):
-            self._start_seed(kind, self._pending(obj), uid, _namespace(obj))
+            self._start_seed(self._pending(obj), uid, _namespace(obj))
         # Until its seed is in, this replica does not know the owners in effect: it says
         # nothing of them rather than that there are none.
         recorded = None if uid in self._seeding else owners
@@ -375,9 +380,19 @@ class History:
         else:
             self._record(change, manager, manager, None, None, recorded)
 
-    def _start_seed(self, kind: Kind, state: Entry | bytes, uid: str, namespace: str) -> None:
+    def _start_seed(self, state: Entry | bytes, uid: str, namespace: str) -> None:
         self._seeding[uid] = state
-        self._spawn(self._seed(kind, uid, namespace))
+        self._seed_queue.append((uid, namespace))
+        if self._seeders < SEEDS_AT_ONCE:
+            self._seeders += 1
+            self._spawn(self._seeder())
+
+    async def _seeder(self) -> None:
+        try:
+            while self._seed_queue:
+                await self._seed(*self._seed_queue.popleft())
+        finally:
+            self._seeders -= 1
 
     def _forget(self, uid: str) -> None:
         """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
@@ -386,7 +401,7 @@ class History:
         self._seeding.pop(uid, None)
         self._arrived(uid, None)
 
-    def _first_sight(self, kind: Kind, entry: Entry) -> None:
+    def _first_sight(self, entry: Entry) -> None:
         """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
         those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
         a turn of the loop (a list of 100,000 CRs must not stall it)."""
@@ -394,14 +409,14 @@ class History:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # an index filled outside a running service: nothing to look up
-        self._firsts.append((kind, entry))
+        self._firsts.append(entry)
         if self._firsts_task is None or self._firsts_task.done():
             self._firsts_task = loop.create_task(self._look_at_firsts())
 
     async def _look_at_firsts(self) -> None:
         while self._firsts:
             batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
-            for kind, entry in batch:
+            for entry in batch:
                 if entry.uid is None or entry.uid in self._remembered or entry.uid in self._seeding:
                     continue  # gone or changed since: what was seen then is newer
                 obj = entry.obj()
@@ -411,7 +426,7 @@ class History:
                 if self.enabled and self.ownership.markers(obj):
                     # The index's entry, shared, not the decoded object: a start seeds every
                     # marked CR, a few at a time.
-                    self._start_seed(kind, entry, entry.uid, entry.name[0])
+                    self._start_seed(entry, entry.uid, entry.name[0])
             await asyncio.sleep(0)
 
     def _arrived(self, uid: str, gen: int | None) -> None:
@@ -492,19 +507,18 @@ class History:
 
         task.add_done_callback(done)
 
-    async def _seed(self, kind: Kind, uid: str, namespace: str) -> None:
+    async def _seed(self, uid: str, namespace: str) -> None:
         """After a start: the GitOps owners a marked CR's newest revision that says remembers,
         merged with those observed since (which win), re-checked on the newest state observed
         (the index's copy)."""
         if uid not in self._seeding:
             return
         try:
-            async with self._seeds:
-                try:
-                    entries = [data_of(r) for r in await self.revisions.listed(namespace, uid)]
-                except KubeError as exc:
-                    log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
-                    return
+            try:
+                entries = [data_of(r) for r in await self.revisions.listed(namespace, uid)]
+            except KubeError as exc:
+                log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
+                return
             held = self._seeding.get(uid)
             if held is None:
                 return  # gone meanwhile
