@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench import cores, fanout, fleet_samples, flush_ratio, load, populate, scenarios
+from bench import cores, fanout, fleet_samples, flush_ratio, load, memory, populate, scenarios
 from bench.report import fanout_runs, render
 from controlplane import fleet
 from controlplane.cluster import Cluster
@@ -158,11 +158,12 @@ def main() -> int:
     parser.add_argument("--create-concurrency", type=int, default=16)
     parser.add_argument(
         "--only",
-        choices=("fanout", "kubernetes", "history", "attainment", "flush", "fleet"),
+        choices=("fanout", "kubernetes", "history", "attainment", "flush", "fleet", "memory"),
         help="run only this scenario (kubernetes, history, attainment: at the smallest size; "
         "flush: the in-process flush through ASGI against its floor, no control plane; fleet: "
         "samples an attainment refresh loads with and without the recording rules, no "
-        "control plane) and "
+        "control plane; memory: RSS with the history on, CRs with three managers, "
+        "--memory-crs of them) and "
         "merge its figures into the existing results; the other figures stay as they were",
     )
     parser.add_argument(
@@ -176,6 +177,12 @@ def main() -> int:
         "--fleet",
         default="100x3x3600,1000x3x1800",
         help="fleet sizes for --only fleet: routes x pods per model x seconds of samples",
+    )
+    parser.add_argument("--memory-crs", type=int, default=10_000, help="CRs for --only memory")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="--only memory: trace the replicas' heap and keep its breakdown (not RSS rows)",
     )
     parser.add_argument("--report", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results.json")
@@ -192,6 +199,8 @@ def main() -> int:
         return run_flush(args)
     if args.only == "fleet":
         return run_fleet(args)
+    if args.only == "memory":
+        return run_memory(args)
 
     began = time.perf_counter()
     if not load.ensure_wrk():
@@ -290,6 +299,7 @@ MEASURED_ALONE = {
     "fanout": "python -m bench --only fanout",
     "attainment": "python -m bench --only attainment",
     "fleet": "python -m bench --only fleet",
+    "memory": "python -m bench --only memory",
 }
 
 
@@ -473,6 +483,50 @@ def run_fleet(args: argparse.Namespace) -> int:
         routes, pods, span = (int(x) for x in size.split("x"))
         runs.append(fleet_samples.measure(routes, pods, span))
     results["fleet"] = {"runs": runs, "loadavg_at_start": machine()["loadavg_at_start"]}
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    """RSS of a replica that watched GitOps-managed CRs being made and changed, and of one
+    started after, against the empty process, on a fresh control plane (see bench.memory)."""
+    results: dict[str, Any] = json.loads(args.json.read_text())
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    log("starting the control plane")
+    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+    try:
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
+        pki = cluster.plane.pki
+        log(f"{args.memory_crs} GitOps-managed LLM CRs, each changed twice, watched by a replica")
+        entry = memory.measure(
+            (cluster.plane.url, pki.ca_cert, pki.admin_cert, pki.admin_key),
+            cluster.credentials.slo_api_kubeconfig,
+            workdir,
+            args.memory_crs,
+            args.create_concurrency,
+            tracemalloc=args.tracemalloc,
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    entry["loadavg_at_start"] = machine()["loadavg_at_start"]
+    if args.tracemalloc:
+        out = args.json.with_name("heap.json")
+        out.write_text(json.dumps(entry, indent=1) + "\n")
+        log(f"heap breakdown in {out}")
+        return 0
+    log(
+        f"empty {entry['empty_kib'] / 1024:.0f} MiB; watched {entry['watched_kib'] / 1024:.0f} MiB "
+        f"({entry['watched_mib_per_10k']:.1f} per 10,000); started after "
+        f"{entry['after_kib'] / 1024:.0f} MiB ({entry['after_mib_per_10k']:.1f} per 10,000)"
+    )
+    results["memory"] = entry
     _in_run_order(results)
     args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     args.report.write_text(render(results))

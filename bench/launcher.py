@@ -8,6 +8,9 @@ Server class as `python -m slo_api`:
   `GET /config` answer); `GET /bench/baseline/{key}` returns them as they are, with the same
   headers. The same middleware runs, nothing else: what it costs is the framework's ceiling.
 - `GET /bench/info` says which event loop and HTTP protocol uvicorn picked, and the pid.
+- `GET /bench/heap`, when started with `PYTHONTRACEMALLOC` set: what the live Python objects
+  take, by the line of slo-api that allocated them (the innermost slo-api frame of each
+  allocation's traceback) and by the line that did (any module).
 
 With SLO_API_BENCH_HIDE_TRACING set, the OpenTelemetry SDK cannot be imported: tracing absent.
 """
@@ -15,9 +18,11 @@ With SLO_API_BENCH_HIDE_TRACING set, the OpenTelemetry SDK cannot be imported: t
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
 import sys
+import tracemalloc
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -55,6 +60,47 @@ def add_bench_routes(app: FastAPI) -> None:
     app.add_api_route("/bench/baseline/{key}", put_baseline, methods=["PUT"])
     app.add_api_route("/bench/baseline/{key}", get_baseline, methods=["GET"])
     app.add_api_route("/bench/info", info, methods=["GET"])
+    app.add_api_route("/bench/heap", heap, methods=["GET"])
+
+
+def _where(frame: tracemalloc.Frame) -> str:
+    name = frame.filename
+    for root in ("/slo_api/", "/site-packages/", "/lib/python3"):
+        if root in name:
+            name = name[name.index(root) + 1 :]
+            break
+    return f"{name}:{frame.lineno}"
+
+
+def heap(top: int = 40) -> dict[str, object]:
+    """The traced Python heap, grouped by the innermost slo-api line of each allocation
+    (the allocation's own line when no slo-api frame is on it) and by its own line."""
+    if not tracemalloc.is_tracing():
+        return {"tracing": False}
+    gc.collect()
+    snapshot = tracemalloc.take_snapshot()
+    by_ours: dict[str, list[int]] = {}
+    by_line: dict[str, list[int]] = {}
+    total = 0
+    for stat in snapshot.statistics("traceback"):
+        total += stat.size
+        frames = list(stat.traceback)  # oldest first
+        ours = next((f for f in reversed(frames) if "/slo_api/" in f.filename), frames[-1])
+        for table, where in ((by_ours, _where(ours)), (by_line, _where(frames[-1]))):
+            held = table.setdefault(where, [0, 0])
+            held[0] += stat.size
+            held[1] += stat.count
+
+    def best(table: dict[str, list[int]]) -> list[list[object]]:
+        ranked = sorted(table.items(), key=lambda item: -item[1][0])[:top]
+        return [[where, size, count] for where, (size, count) in ranked]
+
+    return {
+        "tracing": True,
+        "total": total,
+        "by_slo_api_line": best(by_ours),
+        "by_line": best(by_line),
+    }
 
 
 class _HideTracing:

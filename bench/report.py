@@ -315,6 +315,35 @@ def _coverage(refresh: dict[str, Any]) -> str:
     )
 
 
+def _memory_rows(m: dict[str, Any] | None, row: Any) -> None:
+    """RSS with the history on, CRs with three managers (`python -m bench --only memory`)."""
+    if not m:
+        return
+    crs = int(m["crs"])
+    what = (
+        f"LLM CRs applied by Argo CD (server-side, tracking annotation), each then status-"
+        f"updated by an operator and changed by kubectl edit (`python -m bench --only memory`, "
+        f"{m['ran_at']}, load {' '.join(m['loadavg_at_start'])})"
+    )
+    for mode, label in (
+        ("watched", "a replica that watched them made and changed (a revision recorded each)"),
+        ("after", "a replica started after (listed, every owner seeded from the revisions)"),
+    ):
+        per_10k = m[f"{mode}_mib_per_10k"]
+        row(
+            f"resident memory, history on, {crs:,} {what}: {label} (VmRSS once idle; peak "
+            f"{m[f'{mode}_peak_kib'] / 1024:.0f} MiB)",
+            f"{m[f'{mode}_kib'] / 1024:.0f} MiB",
+            "",
+            f"{m['empty_kib'] / 1024:.0f} MiB, the same process with an empty index",
+            "",
+            f"{per_10k:.1f} MiB per 10,000 CRs",
+            f"<= {m['goal_mib_per_10k']:g} MiB",
+            _met(per_10k <= m["goal_mib_per_10k"]),
+            "",
+        )
+
+
 def _fleet_rows(f: dict[str, Any] | None, row: Any) -> None:
     """Samples an attainment refresh loads, raw series against the recorded ones."""
     for run in (f or {}).get("runs", []):
@@ -574,6 +603,7 @@ def render(results: dict[str, Any]) -> str:
             _met(per_10k <= MEMORY_GOAL_MIB),
             "",
         )
+    _memory_rows(results.get("memory"), row)
     for size in sizes:
         sync = results["sizes"][size]["sync"]
         if "peak_median_kib" not in sync:

@@ -10,6 +10,7 @@ ownership rules (who owns a field) all read managedFields through these.
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections.abc import Iterable
 from datetime import datetime
@@ -73,10 +74,40 @@ def manager_key(entry: Obj) -> str:
     return sys.intern(f"{entry.get('manager', '')}\0{entry.get('operation', '')}")
 
 
-def stamps(obj: Obj) -> dict[str, int]:
-    """When each field manager (and operation) last changed the object: an Update stamps its
-    entry with the time of the change; another manager taking or removing its fields does not."""
-    return {manager_key(e): stamp_of(e.get("time")) for e in field_entries(obj)}
+class Stamps:
+    """When each field manager (and operation) last changed an object: an Update stamps its
+    entry with the time of the change; another manager taking or removing its fields does not.
+
+    Kept for every CR the history has seen, so compact: the managers as one tuple that every
+    CR with the same managers shares, their stamps packed (about 100 bytes, where a dict of
+    three took about 330).
+    """
+
+    __slots__ = ("_keys", "_packed")
+
+    def __init__(self, keys: tuple[str, ...], values: list[int]) -> None:
+        self._keys = _KEYS.setdefault(keys, keys)
+        self._packed = struct.pack(f"<{len(values)}q", *values)
+
+    def get(self, key: str) -> int | None:
+        """The stamp of one manager (`manager_key`); None when it has no entry."""
+        try:
+            at = self._keys.index(key)
+        except ValueError:
+            return None
+        value: int = struct.unpack_from("<q", self._packed, 8 * at)[0]
+        return value
+
+    def items(self) -> list[tuple[str, int]]:
+        return [(k, self.get(k) or 0) for k in self._keys]
+
+
+def stamps(obj: Obj) -> Stamps:
+    """When each field manager (and operation) last changed the object (see Stamps)."""
+    entries = field_entries(obj)
+    # Later entries of one manager win, as a dict built from them would have it.
+    found = {manager_key(e): stamp_of(e.get("time")) for e in entries}
+    return Stamps(tuple(found), list(found.values()))
 
 
 def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
@@ -91,3 +122,33 @@ def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
 
 
 _LATEST: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
+
+# One managedFields entry as `entry_of` makes it: (manager, operation, time, spec fields).
+Fact = tuple[str, str, str, tuple[str, ...]]
+
+
+def facts(entries: list[Obj]) -> tuple[Fact, ...] | None:
+    """Entries of `entry_of`'s making as tuples, each shared with every object holding the
+    same one (a tool applies many objects within a second): a fraction of their JSON kept
+    per object. None when any entry holds more than `entry_of` would give it back."""
+    out = []
+    for entry in entries:
+        manager, operation, time = entry.get("manager"), entry.get("operation"), entry.get("time")
+        if not (isinstance(manager, str) and isinstance(operation, str) and isinstance(time, str)):
+            return None
+        fields = tuple(spec_keys(entry))
+        if entry != entry_of(manager, operation, time, fields):
+            return None
+        fact: Fact = (manager, operation, time, _FIELDS.setdefault(fields, fields))
+        out.append(_FACTS.setdefault(fact, fact))
+    return tuple(out)
+
+
+def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
+    """The managedFields entries `facts` was given."""
+    return [entry_of(*fact) for fact in kept]
+
+
+_FIELDS: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
+_FACTS: BoundedDict[Fact, Fact] = BoundedDict(16_384)
+_KEYS: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)

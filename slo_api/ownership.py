@@ -115,7 +115,7 @@ def _fields(entry: Obj) -> list[str]:
     return [k for k in spec_keys(entry) if k in CLIENT_FIELDS]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Owner:
     """One GitOps-owned field: what GET shows under `managed` and a 409's causes list.
 

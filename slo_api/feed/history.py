@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import orjson
 
 from slo_api import heap
+from slo_api.bounded import BoundedDict
 from slo_api.feed import framing
 from slo_api.index import Source
 from slo_api.service import Allowed, Owners, Service, shown
@@ -57,6 +58,10 @@ NOWHERE: Source = ("", "", "")
 # blocks, each rebuilt only when one of its routes changes.
 BLOCK = 1024
 CHUNK = 500  # routes compared per turn of the event loop
+# The distinct claims of routes (kind, namespace, API group of each CR) shared among them.
+_SHARED_OWNERS: BoundedDict[Owners, Owners] = BoundedDict(4096)
+# The recent positions of the informers (source, version, objects held), shared among marks.
+_SHARED_POSITIONS: BoundedDict[tuple[Source, int, int], tuple[Source, int, int]] = BoundedDict(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Measured bytes a history entry costs beside its item (the Change, its owners, its list
 # slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
@@ -233,12 +238,14 @@ class ChangeLog:
         self.service = service
         # Who made the change the index is storing (at a resourceVersion), or None.
         self._by = by
+        # One bound method that every change keeps, not one each.
+        self._by_json_of = self._by_json if by is not None else None
         self.index = service.index
         self.budget = budget
         self._epoch = secrets.token_bytes(4)
         self.seq = 0
         # One per publication: (its last sequence, the informers' versions after it, its cause).
-        self._marks: list[tuple[int, Vector, Vector, frozenset[int]]] = []
+        self._marks: list[tuple[int, Vector, Vector, tuple[int, ...]]] = []
         # Routes touched and not yet compared, with what touched them (in order).
         self._pending: dict[str, Cause] = {}
         # Recording spread over turns holds the collector's automatic runs (see heap).
@@ -436,7 +443,7 @@ class ChangeLog:
             found.floor_state = {
                 s: limits.state(s) for s in limits.positions if s not in self._pending_floor
             }
-            self._mark(frozenset(), {})
+            self._mark((), {})
         return found
 
     def follow(self, view: str) -> None:
@@ -462,7 +469,12 @@ class ChangeLog:
     def _owners_of(self, route: str) -> Owners:
         kinds = self.service.kinds
         # claimed_in, not claims: the index keeps CRs encoded, and only places are needed.
-        return tuple((kinds[plural].name, ns, g) for plural, ns, g in self.index.claimed_in(route))
+        owners = tuple(
+            (kinds[plural].name, ns, g) for plural, ns, g in self.index.claimed_in(route)
+        )
+        # Kept for every route: one tuple for all the routes of a kind in one namespace (and
+        # API group), not one each.
+        return _SHARED_OWNERS.setdefault(owners, owners)
 
     @property
     def pending(self) -> bool:
@@ -648,7 +660,7 @@ class ChangeLog:
                     plain_before,
                     plain_after,
                     by,
-                    self._by_json if self._by is not None else None,
+                    self._by_json_of,
                 )
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
@@ -656,7 +668,7 @@ class ChangeLog:
                         history.append(change)
                         touched[(view, kind)] = history
         if self.seq != start:
-            self._mark(frozenset(lasts.values()), lowest)
+            self._mark(tuple(lasts.values()), lowest)
         if touched:
             for listener in self.listeners:
                 listener(list(touched.values()))
@@ -686,13 +698,22 @@ class ChangeLog:
         (a route's full view shows its namespace's limits)."""
         return {**self.index.positions, **self.service.limits.positions}
 
-    def _mark(self, lasts: frozenset[int], lowest: dict[Source, int]) -> None:
+    def _mark(self, lasts: tuple[int, ...], lowest: dict[Source, int]) -> None:
         # A position inside the chunk (not the last of its view) stands before every cause
         # the chunk holds: a stream cut there has not written the rest.
-        vector = self._positions()
+        # Kept as long as the changes they mark: the informers that did not move share their
+        # triples with the marks before, and a chunk's two vectors one tuple where they agree.
+        shared = _SHARED_POSITIONS
+        vector = tuple(shared.setdefault(p, p) for p in self._positions())
         inside = tuple(
-            (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held) for s, v, held in vector
+            shared.setdefault(p, p)
+            for p in (
+                (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held)
+                for s, v, held in vector
+            )
         )
+        if inside == vector:
+            inside = vector
         self._marks.append((self.seq, vector, inside, lasts))
         self._mark_seqs.append(self.seq)
         if len(self._marks) > 4096 and self.histories:

@@ -13,12 +13,12 @@ the state the caller's write was made on (`Mine.made`).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slo_api.history.changes import Change
 from slo_api.kinds.base import Obj
-from slo_api.managed_fields import field_entries, manager_key, spec_keys, stamp_of
+from slo_api.managed_fields import Stamps, field_entries, manager_key, spec_keys, stamp_of
 
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
@@ -32,7 +32,7 @@ writer: contextvars.ContextVar[Writer | None] = contextvars.ContextVar(
 
 
 def changed_by(
-    before: Mapping[str, int] | None,
+    before: Stamps | None,
     last: tuple[float, tuple[str, ...]],
     obj: Obj,
     fields: Iterable[str] = (),
@@ -86,6 +86,11 @@ class Mine:
         """Whether `change` is this write alone: consecutive states, or a relist's gap that
         starts at the state the write was made on (then its changed fields are the write's)."""
         return change.gap is None or (self.before is not None and self.before == change.gap)
+
+
+# Who made a change, as `who` tells it: (actor, via, requestId, clientRequestId). Kept as a
+# tuple for each of the recent changes (see History.by), told as an object.
+Who = tuple[str, str, str | None, str | None]
 
 
 def who(actor: str, via: str, request_id: str | None, client_request_id: str | None) -> Obj:

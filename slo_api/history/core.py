@@ -36,13 +36,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from slo_api.bounded import BoundedDict
-from slo_api.history.attribution import SELF, UNKNOWN, Mine, changed_by, who, writer
+from slo_api.history.attribution import SELF, UNKNOWN, Mine, Who, changed_by, who, writer
 from slo_api.history.changes import Change, diff, generation, owned_fields, state_digest
 from slo_api.history.legacy import Legacy
 from slo_api.history.revisions import (
@@ -53,10 +56,10 @@ from slo_api.history.revisions import (
     order,
     owners_of,
 )
-from slo_api.index import Entry, Name, resource_version, uid_of
+from slo_api.index import Entry, Name, exact, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, log_failure
-from slo_api.managed_fields import last_changed, stamps
+from slo_api.managed_fields import Stamps, last_changed, stamps, without_managed_fields
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Target
@@ -72,10 +75,24 @@ BY_KEPT = 4096
 FIRSTS_AT_ONCE = 1000
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
+# Distinct GitOps owners shared among the CRs that remember them (see History._keep).
+OWNERS_SHARED = 4096
+# A CR's GitOps owners as the history keeps them (see History._keep).
+Kept = tuple[Owner, ...]
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _encoded(fields: dict[str, Any]) -> bytes | dict[str, Any]:
+    """Client-owned fields as a CR's last state seen keeps them: their JSON, a fraction of
+    what the decoded values cost (kept for every CR); the values themselves should one not
+    encode (an integer beyond 64 bits)."""
+    try:
+        return exact(orjson.dumps(fields))
+    except TypeError:
+        return fields
 
 
 @dataclass(slots=True)
@@ -91,17 +108,26 @@ class _Seen:
     # metadata.generation (None: not known, a state first seen in a list).
     gen: int | None
     entry: Entry | None
-    fields: dict[str, Any] | None
+    # The client-owned fields (see _encoded); None: not read yet (`entry` holds them).
+    fields: bytes | dict[str, Any] | None
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
     # index's copy keeps no managedFields but the GitOps tools').
-    managers: dict[str, int] | None
+    managers: Stamps | None
     last: tuple[float, tuple[str, ...]]
 
     def decoded(self, kind: Kind) -> dict[str, Any]:
         if self.fields is None:
-            self.fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
-            self.entry = None
+            fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
+            self.fields, self.entry = _encoded(fields), None
+            return fields
+        if isinstance(self.fields, bytes):
+            decoded: dict[str, Any] = orjson.loads(self.fields)
+            return decoded
         return self.fields
+
+
+def _namespace(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("namespace", ""))
 
 
 class History:
@@ -124,9 +150,10 @@ class History:
         self.grace = kube.timeout if grace is None else grace
         self._seen: dict[tuple[str, str, Name], _Seen] = {}
         self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
-        self._by: BoundedDict[str, Obj] = BoundedDict(BY_KEPT)
-        # The GitOps owners in effect after the newest change observed, per CR uid.
-        self._remembered: dict[str, dict[str, Owner]] = {}
+        self._by: BoundedDict[str, Who] = BoundedDict(BY_KEPT)
+        # The GitOps owners in effect after the newest change observed, per CR uid (see _keep).
+        self._remembered: dict[str, Kept] = {}
+        self._shared: BoundedDict[Owner, Owner] = BoundedDict(OWNERS_SHARED)
         # Per CR uid: recordings of this replica's own writes under way (a read on this
         # replica waits for them, no other).
         self._recording: dict[str, set[asyncio.Task[None]]] = {}
@@ -139,11 +166,16 @@ class History:
         # The generation the informers last reached of the CRs most recently changed (a
         # write's answer may come after its event).
         self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
-        self._seeds = asyncio.Semaphore(SEEDS_AT_ONCE)
-        # Per CR uid whose seed (see _seed) is under way: the newest state observed since.
-        self._seeding: dict[str, Obj] = {}
+        # CRs whose seed waits (uid, namespace), and the tasks seeding them, at most
+        # SEEDS_AT_ONCE: a start seeds every marked CR, and a task each would cost more than
+        # what is seeded.
+        self._seed_queue: deque[tuple[str, str]] = deque()
+        self._seeders = 0
+        # Per CR uid whose seed (see _seed) is under way: the newest state observed since,
+        # as the index keeps it (its entry, or that encoded: see _pending).
+        self._seeding: dict[str, Entry | bytes] = {}
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
-        self._firsts: list[tuple[Kind, Entry]] = []
+        self._firsts: list[Entry] = []
         self._firsts_task: asyncio.Task[None] | None = None
         self.revisions = Revisions(kube, limit, self.metrics, pause)
         self.legacy = Legacy(kube, self.kinds, self.revisions)
@@ -191,7 +223,8 @@ class History:
         mine = self._mine.get(key)
         if mine is not None:
             return who(mine.writer[0], SELF, mine.writer[1], mine.writer[2])
-        return self._by.get(key)
+        found = self._by.get(key)
+        return who(*found) if found is not None else None
 
     def tracked(self) -> set[str]:
         """The CR uids this replica keeps anything for (beyond the last state seen)."""
@@ -206,7 +239,28 @@ class History:
     def remembered(self, obj: Obj) -> Mapping[str, Owner]:
         """The GitOps owners in effect for the CR after its newest observed change."""
         uid = uid_of(obj)
-        return self._remembered.get(uid, {}) if uid else {}
+        return self._owners(uid) or {} if uid else {}
+
+    def _owners(self, uid: str) -> dict[str, Owner] | None:
+        kept = self._remembered.get(uid)
+        return None if kept is None else {owner.field: owner for owner in kept}
+
+    def _keep(self, uid: str, owners: Mapping[str, Owner]) -> None:
+        """Remember a CR's GitOps owners: a tuple, each owner shared with every CR that has
+        the same one (a tool applies many CRs within a second), not a dict of copies per CR."""
+        shared = self._shared
+        kept = []
+        for owner in owners.values():
+            found = shared.get(owner)
+            if found is None:
+                found = shared[owner] = owner
+            kept.append(found)
+        self._remembered[uid] = tuple(kept)
+
+    def _pending(self, obj: Obj) -> bytes:
+        """A state kept while a seed is under way: as the index keeps it (trimmed: what the
+        ownership rules read), encoded."""
+        return exact(orjson.dumps(self.ownership.trim(obj)))
 
     def _owners_after(
         self, before: Mapping[str, Owner], old: Obj | None, new: Obj
@@ -244,7 +298,7 @@ class History:
                     self._forget(prev.uid)  # re-created while the watch was away
                 last = (state.stamp, state.latest)
                 self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
-                self._first_sight(kind, state)
+                self._first_sight(state)
                 return
             obj = state.obj()
         else:
@@ -256,33 +310,34 @@ class History:
             if gen is not None and prev.gen is not None and gen < prev.gen:
                 return  # older than what was seen (a late event)
         fields = owned_fields(kind, obj)
+        encoded = _encoded(fields)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
             last = (state.stamp, state.latest)
-            self._seen[key] = _Seen(uid, state.rv, gen, None, fields, None, last)
+            self._seen[key] = _Seen(uid, state.rv, gen, None, encoded, None, last)
         else:
             rv = resource_version(obj)
-            self._seen[key] = _Seen(uid, rv, gen, None, fields, stamps(obj), last_changed(obj))
+            self._seen[key] = _Seen(uid, rv, gen, None, encoded, stamps(obj), last_changed(obj))
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
             self._forget(prev.uid)
         if uid in self._seeding:
-            self._seeding[uid] = obj
+            self._seeding[uid] = self._pending(obj)
         if uid in self._unseen:
             self._arrived(uid, gen)
         if gen is not None and prev is not None:  # a change, not a first sight
             self._reached.pop(uid, None)
             self._reached[uid] = gen
-        before = self._remembered.get(uid)
+        before = self._owners(uid)
         owners = self._owners_after(before or {}, None, obj)
         if owners or before:
-            self._remembered[uid] = owners
+            self._keep(uid, owners)
         if prev is None or prev.uid != uid:
             # First seen here (a start, or a re-created CR): nothing to diff with. A CR at
             # generation 1 was seen from its creation on: no change of it is stored yet, so
             # there is nothing to read back (and its first change need not wait to name owners).
             if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
-                self._start_seed(kind, obj, uid)
+                self._start_seed(self._pending(obj), uid, _namespace(obj))
             return
         if (
             prev.entry is not None  # first seen in a list, and not looked at since
@@ -291,24 +346,28 @@ class History:
             and self.enabled
             and self.ownership.markers(obj)
         ):
-            self._start_seed(kind, obj, uid)
+            self._start_seed(self._pending(obj), uid, _namespace(obj))
         # Until its seed is in, this replica does not know the owners in effect: it says
         # nothing of them rather than that there are none.
         recorded = None if uid in self._seeding else owners
+        if prev.fields is not None and prev.fields == encoded:
+            return  # nothing client-owned changed (a status update): nothing to decode
         old = prev.decoded(kind)
         changes = diff(kind, old, fields)
         if not changes:
             return
         manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
         gap = state_digest(old) if isinstance(state, Entry) else None
-        change = Change(kind, obj, changes, when or _now(), gap)
+        # Without managedFields (most of a decoded CR): the recording may wait on the API
+        # server, and a start or a busy GitOps sync has many under way.
+        change = Change(kind, without_managed_fields(obj), changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
         if mine is not None and mine.made(change):
             self._record(change, mine.writer[0], SELF, *mine.writer[1:], recorded, own=True)
             return
         actor = UNKNOWN if manager == SELF else manager
-        self._by[version] = who(actor, manager, None, None)
+        self._by[version] = (actor, manager, None, None)
         if mine is not None:
             # A relist's gap that ends at this replica's write but holds more than it: it is
             # not pinned on the caller.
@@ -321,9 +380,19 @@ class History:
         else:
             self._record(change, manager, manager, None, None, recorded)
 
-    def _start_seed(self, kind: Kind, obj: Obj, uid: str) -> None:
-        self._seeding[uid] = obj
-        self._spawn(self._seed(kind, uid))
+    def _start_seed(self, state: Entry | bytes, uid: str, namespace: str) -> None:
+        self._seeding[uid] = state
+        self._seed_queue.append((uid, namespace))
+        if self._seeders < SEEDS_AT_ONCE:
+            self._seeders += 1
+            self._spawn(self._seeder())
+
+    async def _seeder(self) -> None:
+        try:
+            while self._seed_queue:
+                await self._seed(*self._seed_queue.popleft())
+        finally:
+            self._seeders -= 1
 
     def _forget(self, uid: str) -> None:
         """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
@@ -332,7 +401,7 @@ class History:
         self._seeding.pop(uid, None)
         self._arrived(uid, None)
 
-    def _first_sight(self, kind: Kind, entry: Entry) -> None:
+    def _first_sight(self, entry: Entry) -> None:
         """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
         those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
         a turn of the loop (a list of 100,000 CRs must not stall it)."""
@@ -340,22 +409,24 @@ class History:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # an index filled outside a running service: nothing to look up
-        self._firsts.append((kind, entry))
+        self._firsts.append(entry)
         if self._firsts_task is None or self._firsts_task.done():
             self._firsts_task = loop.create_task(self._look_at_firsts())
 
     async def _look_at_firsts(self) -> None:
         while self._firsts:
             batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
-            for kind, entry in batch:
+            for entry in batch:
                 if entry.uid is None or entry.uid in self._remembered or entry.uid in self._seeding:
                     continue  # gone or changed since: what was seen then is newer
                 obj = entry.obj()
                 owners = self._owners_after({}, None, obj)
                 if owners:
-                    self._remembered[entry.uid] = owners
+                    self._keep(entry.uid, owners)
                 if self.enabled and self.ownership.markers(obj):
-                    self._start_seed(kind, obj, entry.uid)
+                    # The index's entry, shared, not the decoded object: a start seeds every
+                    # marked CR, a few at a time.
+                    self._start_seed(entry, entry.uid, entry.name[0])
             await asyncio.sleep(0)
 
     def _arrived(self, uid: str, gen: int | None) -> None:
@@ -436,31 +507,29 @@ class History:
 
         task.add_done_callback(done)
 
-    async def _seed(self, kind: Kind, uid: str) -> None:
+    async def _seed(self, uid: str, namespace: str) -> None:
         """After a start: the GitOps owners a marked CR's newest revision that says remembers,
         merged with those observed since (which win), re-checked on the newest state observed
         (the index's copy)."""
-        obj = self._seeding.get(uid)
-        if obj is None:
+        if uid not in self._seeding:
             return
-        namespace = str((obj.get("metadata") or {}).get("namespace", ""))
         try:
-            async with self._seeds:
-                try:
-                    entries = [data_of(r) for r in await self.revisions.listed(namespace, uid)]
-                except KubeError as exc:
-                    log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
-                    return
-            current = self._seeding.get(uid)
-            if current is None:
+            try:
+                entries = [data_of(r) for r in await self.revisions.listed(namespace, uid)]
+            except KubeError as exc:
+                log_failure(log, exc, f"reading the history of a CR in {namespace}", ROLE)
+                return
+            held = self._seeding.get(uid)
+            if held is None:
                 return  # gone meanwhile
+            current: Obj = held.obj() if isinstance(held, Entry) else orjson.loads(held)
             told = [e for e in entries if isinstance(e.get("owners"), dict)]
             newest = max(told, key=order, default=None)
             seeded = owners_of(newest) if newest is not None else {}
-            merged = {**seeded, **self._remembered.get(uid, {})}
+            merged = {**seeded, **(self._owners(uid) or {})}
             owners = self._owners_after(merged, None, current)
             if owners:
-                self._remembered[uid] = owners
+                self._keep(uid, owners)
             else:
                 self._remembered.pop(uid, None)
         finally:

@@ -21,4 +21,4 @@ def test_the_bench_command_line_parses() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "--only {fanout,kubernetes,history,attainment,flush,fleet}" in done.stdout
+    assert "--only {fanout,kubernetes,history,attainment,flush,fleet,memory}" in done.stdout

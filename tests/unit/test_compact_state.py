@@ -1,0 +1,161 @@
+"""What the index and the history keep of a CR is compact (managedFields as shared facts, the
+client-owned fields encoded, stamps packed, owners shared), and every answer read from it is
+the one the full objects give: the write guard's owners, who made a change, what changed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+
+from slo_api.history import History
+from slo_api.kinds.llm import LLMKind
+from slo_api.kube import Resource
+from slo_api.managed_fields import stamps
+from slo_api.ownership import Owner, Ownership
+from slo_api.service import Service
+from tests.unit import vtime
+from tests.unit.conftest import llm_cr, until
+from tests.unit.fakes import FakeKube
+
+PLURAL = "llmslorequirements"
+GROUP = "inference.modelsphere.dev"
+LLM = LLMKind(Resource(GROUP, "v1alpha1", PLURAL))
+NAME = ("ns", "cr-1")
+TRACKING = {"argocd.argoproj.io/tracking-id": "apps:inference.modelsphere.dev/x:ns/cr-1"}
+
+
+def _entry(manager: str, operation: str, time: str, fields: dict[str, Any], **kw: Any) -> Any:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "time": time,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+        **kw,
+    }
+
+
+def _spec_fields(*names: str) -> dict[str, Any]:
+    return {
+        "f:metadata": {"f:annotations": {"f:argocd.argoproj.io/tracking-id": {}}},
+        "f:spec": {f"f:{n}": {} for n in names},
+    }
+
+
+def states(uid: str = "u1") -> list[dict[str, Any]]:
+    """A CR as the API server shows it: applied by Argo CD, its status written by an
+    operator, then its priority changed with kubectl edit (three managers)."""
+    applied = llm_cr("cr-1", route="a", priority=1, ttft={"default": {"metrics": []}})
+    applied["metadata"].update(
+        uid=uid, resourceVersion="10", generation=1, annotations=dict(TRACKING)
+    )
+    every = ("serviceId", "priority", "minimumDeployment", "ttft")
+    argo = _entry("argocd-controller", "Apply", "2026-01-01T00:00:00Z", _spec_fields(*every))
+    applied["metadata"]["managedFields"] = [argo]
+    status = copy.deepcopy(applied)
+    status["metadata"]["resourceVersion"] = "11"
+    status["status"] = {"observedGeneration": 1, "conditions": [{"type": "Ready"}]}
+    operator = _entry(
+        "llm-operator",
+        "Update",
+        "2026-01-01T00:01:00Z",
+        {"f:status": {"f:conditions": {}}},
+        subresource="status",
+    )
+    status["metadata"]["managedFields"] = [argo, operator]
+    edited = copy.deepcopy(status)
+    edited["metadata"].update(resourceVersion="12", generation=2)
+    edited["spec"]["priority"] = 7
+    rest = ("serviceId", "minimumDeployment", "ttft")
+    argo_after = _entry("argocd-controller", "Apply", "2026-01-01T00:00:00Z", _spec_fields(*rest))
+    edit = _entry("kubectl-edit", "Update", "2026-01-01T00:02:00Z", {"f:spec": {"f:priority": {}}})
+    edited["metadata"]["managedFields"] = [argo_after, operator, edit]
+    return [applied, status, edited]
+
+
+def reference_owners(ownership: Ownership, chain: list[dict[str, Any]]) -> dict[str, Owner]:
+    """The ownership rule applied to the full objects, state after state."""
+    owners: dict[str, Owner] = {}
+    for obj in chain:
+        owners = ownership.carry(owners, None, obj)
+    return owners
+
+
+def test_the_index_gives_back_the_managed_fields_its_trim_kept() -> None:
+    ownership = Ownership()
+    index = Service.index_for([LLM], ownership)
+    for obj in states():
+        index.upsert(PLURAL, obj)
+        stored = index.get(PLURAL, *NAME)
+        assert stored == ownership.trim(obj)
+        assert stored is not None
+        assert ownership.owners(stored) == ownership.owners(obj)
+
+
+def test_a_change_of_kept_managed_fields_alone_is_a_change_and_a_relist_of_the_same_none() -> None:
+    index = Service.index_for([LLM], Ownership())
+    told: list[set[str]] = []
+    index.subscribe(told.append)
+    edited = states()[-1]
+    index.upsert(PLURAL, edited)
+    told.clear()
+    index.replace(PLURAL, [copy.deepcopy(edited)], GROUP)
+    assert told == []  # the same CR listed again: nothing changed
+    applied_again = copy.deepcopy(edited)
+    applied_again["metadata"]["resourceVersion"] = "13"
+    applied_again["metadata"]["managedFields"][0]["time"] = "2026-01-01T00:03:00Z"
+    index.upsert(PLURAL, applied_again)
+    assert told == [{"a"}]  # only the tool's apply time moved: a new state all the same
+    stored = index.get(PLURAL, *NAME)
+    assert stored is not None
+    assert stored["metadata"]["managedFields"][0]["time"] == "2026-01-01T00:03:00Z"
+
+
+def test_stamps_answer_as_a_dict_of_them_would() -> None:
+    obj = states()[-1]
+    packed = stamps(obj)
+    as_dict = {"argocd-controller\0Apply": 1767225600, "kubectl-edit\0Update": 1767225720}
+    assert dict(packed.items()) == as_dict
+    assert packed.get("llm-operator\0Update") is None  # a status entry is not the object's
+
+
+def test_the_history_kept_compactly_names_what_the_full_objects_name() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        ownership = Ownership()
+        chain = states()
+        expected = reference_owners(ownership, chain)
+        assert expected["priority"].overridden_by == "kubectl-edit"
+        index = Service.index_for([LLM], ownership)
+        watched = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
+        index.on_observed(watched.observe)
+        for obj in chain:
+            index.upsert(PLURAL, obj)
+        await watched.close()
+        # The status update changed nothing a client owns: one revision, the edit's.
+        (revision,) = [o for (p, _, _), o in kube.objects.items() if p == "routerevisions"]
+        entry = orjson.loads(revision["data"])
+        assert (entry["id"], entry["actor"], entry["via"]) == ("12", "kubectl-edit", "kubectl-edit")
+        assert entry["changes"] == [{"field": "priority", "from": 1, "to": 7}]
+        assert set(entry["owners"]) == set(expected)
+        assert watched.remembered(chain[-1]) == expected
+        assert watched.by("12") == {
+            "actor": "kubectl-edit",
+            "via": "kubectl-edit",
+            "requestId": None,
+            "clientRequestId": None,
+        }
+        # A replica started after lists the CR (the index's trimmed copy) and reads its
+        # newest revision back: the same owners.
+        fresh_index = Service.index_for([LLM], ownership)
+        started_after = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
+        fresh_index.on_observed(started_after.observe)
+        fresh_index.replace(PLURAL, [fresh_index.entry(PLURAL, chain[-1])], GROUP)
+        await until(lambda: bool(started_after.remembered(chain[-1])), "looked at")
+        await started_after.close()  # its seed read back too
+        assert started_after.remembered(chain[-1]) == expected
+
+    vtime.run(scenario())
