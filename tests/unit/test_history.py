@@ -706,13 +706,14 @@ def test_a_tie_within_one_second_is_never_pinned_on_another_manager() -> None:
         first = ("slo-api", second, ["priority"])
         other.observe(PLURAL, GROUP, NAME, _state(11, _managed(created, first), priority=6))
         again = ("slo-api", second, ["priority", "minimumDeployment", "maximumDeployment"])
-        bounds = {
-            "minimumDeployment": {"type": "replica", "value": 0},
-            "maximumDeployment": {"type": "replica", "value": 2},
-        }
-        other.observe(
-            PLURAL, GROUP, NAME, _state(12, _managed(created, again), priority=6, **bounds)
+        changed = _state(
+            12,
+            _managed(created, again),
+            priority=6,
+            minimumDeployment={"type": "replica", "value": 0},
+            maximumDeployment={"type": "replica", "value": 2},
         )
+        other.observe(PLURAL, GROUP, NAME, changed)
         assert other.by(12) == {
             "actor": "unknown",
             "via": "slo-api",
