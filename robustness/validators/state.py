@@ -156,7 +156,9 @@ def guardrails(recording: Recording, ground: Ground) -> list[Violation]:
             # server's admission reads its parameters from a cache that may trail).
             current = [c for rv, _, c in versions if rv < s.rv][-1:]
             recent = [c for rv, t, c in versions if rv < s.rv and t >= s.time - lag]
-            options = [c or {} for c in current + recent] or [{}]
+            # And those in force when the lag began (the caps a trailing cache still held).
+            then = [c for rv, t, c in versions if rv < s.rv and t < s.time - lag][-1:]
+            options = [c or {} for c in current + recent + then] or [{}]
             old_spec = before.spec if before is not None and not before.after_gap else None
             if old_spec is None and before is not None:
                 continue  # the change across a gap cannot be judged

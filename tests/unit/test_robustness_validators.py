@@ -555,6 +555,27 @@ def test_the_ratchet_lets_a_value_set_before_the_cap_stay_and_move_toward_it() -
     assert "maxPriority" in caught(_ratchet(6, 8), "guardrails")[0].message
 
 
+def _lowered(seconds: float) -> Builder:
+    """Namespace a's cap lowered long after it was set, then a write `seconds` later stored
+    within the old cap and beyond the new one."""
+    b = clean()
+    b.tick(60)
+    b.limits("a", {"maxPriority": 5})
+    b.tick(seconds)
+    b.change("chat", {"priority": 7})
+    return b
+
+
+def test_a_write_admitted_by_the_cap_in_force_moments_before_passes() -> None:
+    """Seed 11 in CI: the API server's admission read the previous SLOLimits 10 ms after a
+    change lowered it (its parameters come from a cache that may trail)."""
+    assert validate(_lowered(0.01).finish(), ("guardrails",)) == []
+
+
+def test_a_write_beyond_a_cap_lowered_well_before_is_caught() -> None:
+    assert "maxPriority" in caught(_lowered(10), "guardrails")[0].message
+
+
 # -- liveness and convergence --------------------------------------------------------------
 
 
