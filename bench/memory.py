@@ -54,7 +54,8 @@ def gitops_llm(i: int) -> Obj:
     return obj
 
 
-def status_of(i: int) -> Obj:
+def status_of(when: str = "2026-12-04T00:00:00Z") -> Obj:
+    """The status the operator writes to each CR (a merge patch's body)."""
     return {
         "status": {
             "observedGeneration": 1,
@@ -64,7 +65,7 @@ def status_of(i: int) -> Obj:
                     "status": "True",
                     "reason": "Deployed",
                     "message": "every replica serves the model",
-                    "lastTransitionTime": "2026-12-04T00:00:00Z",
+                    "lastTransitionTime": when,
                 }
             ],
         }
@@ -100,7 +101,7 @@ async def make_and_change(
             url = f"{path}/{route_name(i)}"
             await call(url, gitops_llm(i), "application/apply-patch+yaml", GITOPS, True)
             await call(
-                f"{url}/status", status_of(i), "application/merge-patch+json", OPERATOR, False
+                f"{url}/status", status_of(), "application/merge-patch+json", OPERATOR, False
             )
             change = {"spec": {"priority": (i + 1) % 11}}
             await call(url, change, "application/merge-patch+json", PERSON, False)

@@ -26,6 +26,7 @@ import gc
 import tracemalloc
 from typing import Any
 
+from bench.memory import status_of
 from controlplane.fleet import NAMESPACE, llm
 from slo_api.feed import Feed
 from slo_api.history import History
@@ -90,18 +91,7 @@ def states(i: int) -> list[Obj]:
     meta["managedFields"] = [argo]
     status = copy.deepcopy(applied)
     status["metadata"]["resourceVersion"] = str(1001 + 3 * i)
-    status["status"] = {
-        "observedGeneration": 1,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Deployed",
-                "message": "every replica serves the model",
-                "lastTransitionTime": times[1],
-            }
-        ],
-    }
+    status.update(status_of(times[1]))
     operator = {
         "manager": "llm-operator",
         "operation": "Update",
