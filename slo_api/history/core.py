@@ -36,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -86,8 +88,8 @@ def _now() -> str:
 
 
 def _encoded(fields: dict[str, Any]) -> bytes | dict[str, Any]:
-    """Client-owned fields as a CR's last state seen keeps them: their JSON, a fraction of
-    what the decoded values cost (kept for every CR); the values themselves should one not
+    """Client-owned fields as a state observed without the index's entry keeps them: their
+    JSON, a fraction of what the decoded values cost; the values themselves should one not
     encode (an integer beyond 64 bits)."""
     try:
         return exact(orjson.dumps(fields))
@@ -95,11 +97,29 @@ def _encoded(fields: dict[str, Any]) -> bytes | dict[str, Any]:
         return fields
 
 
+# The digest of a state first seen in a list, its fields not read yet (a digest is never < 0).
+UNREAD = -1
+# The digest's key: without it nobody can make two values of a CR's client-owned fields that
+# digest alike (a change the history would then skip as none); it never leaves the process.
+_DIGEST_KEY = os.urandom(16)
+
+
+def _digest(encoded: bytes | dict[str, Any]) -> int | None:
+    """What tells two states' client-owned fields (see _encoded) apart without keeping them:
+    7 bytes, an int of 32 bytes where their JSON took hundreds; None for fields that do not
+    encode (then they are always compared)."""
+    if not isinstance(encoded, bytes):
+        return None
+    return int.from_bytes(blake2b(encoded, key=_DIGEST_KEY, digest_size=7).digest())
+
+
 @dataclass(slots=True)
 class _Seen:
-    """The last state the informers observed of one CR (per API group): enough to diff. A
-    state first seen in a list is kept as the index's entry (shared, not copied) and decoded
-    only when the CR changes: a list of 100,000 CRs decodes none of them here."""
+    """The last state the informers observed of one CR (per API group): enough to diff.
+
+    The state is the index's entry of it, shared, not copied: decoded only when the CR's
+    client-owned fields changed (a list of 100,000 CRs decodes none of them here, a status
+    update none either)."""
 
     uid: str | None
     # The version as its source gives it (the index's entry's, or the object's
@@ -107,23 +127,25 @@ class _Seen:
     rv: int | str | None
     # metadata.generation (None: not known, a state first seen in a list).
     gen: int | None
-    entry: Entry | None
-    # The client-owned fields (see _encoded); None: not read yet (`entry` holds them).
-    fields: bytes | dict[str, Any] | None
+    # The index's entry; a state observed without one (not through an index): its
+    # client-owned fields (see _encoded).
+    state: Entry | bytes | dict[str, Any]
+    # The client-owned fields' digest (see _digest); UNREAD: not read yet; None: fields
+    # that do not encode.
+    digest: int | None
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
     # index's copy keeps no managedFields but the GitOps tools').
     managers: Stamps | None
     last: tuple[float, tuple[str, ...]]
 
     def decoded(self, kind: Kind) -> dict[str, Any]:
-        if self.fields is None:
-            fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
-            self.fields, self.entry = _encoded(fields), None
-            return fields
-        if isinstance(self.fields, bytes):
-            decoded: dict[str, Any] = orjson.loads(self.fields)
+        state = self.state
+        if isinstance(state, Entry):
+            return owned_fields(kind, state.obj())
+        if isinstance(state, bytes):
+            decoded: dict[str, Any] = orjson.loads(state)
             return decoded
-        return self.fields
+        return state
 
 
 def _namespace(obj: Obj) -> str:
@@ -257,10 +279,10 @@ class History:
             kept.append(found)
         self._remembered[uid] = tuple(kept)
 
-    def _pending(self, obj: Obj) -> bytes:
-        """A state kept while a seed is under way: as the index keeps it (trimmed: what the
-        ownership rules read), encoded."""
-        return exact(orjson.dumps(self.ownership.trim(obj)))
+    def _pending(self, obj: Obj, entry: Entry | None) -> Entry | bytes:
+        """A state kept while a seed is under way: the index's entry of it (trimmed: what the
+        ownership rules read); without one, the object trimmed alike, encoded."""
+        return entry if entry is not None else exact(orjson.dumps(self.ownership.trim(obj)))
 
     def _owners_after(
         self, before: Mapping[str, Owner], old: Obj | None, new: Obj
@@ -272,9 +294,16 @@ class History:
 
     # -- observing -------------------------------------------------------------------------
 
-    def observe(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+    def observe(
+        self,
+        plural: str,
+        group: str,
+        name: Name,
+        state: Obj | Entry | None,
+        entry: Entry | None = None,
+    ) -> None:
         """The index's observer: a state the informers saw (an event or a relist's), or None
-        when the CR is gone."""
+        when the CR is gone; and the index's entry of it, kept rather than a copy."""
         kind = self.kinds.get(plural)
         if kind is None:
             return
@@ -297,10 +326,10 @@ class History:
                 if prev is not None and prev.uid:
                     self._forget(prev.uid)  # re-created while the watch was away
                 last = (state.stamp, state.latest)
-                self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
+                self._seen[key] = _Seen(state.uid, state.rv, None, state, UNREAD, None, last)
                 self._first_sight(state)
                 return
-            obj = state.obj()
+            obj, entry = state.obj(), state
         else:
             obj = state
         uid, gen = uid_of(obj), generation(obj)
@@ -311,18 +340,20 @@ class History:
                 return  # older than what was seen (a late event)
         fields = owned_fields(kind, obj)
         encoded = _encoded(fields)
+        digest = _digest(encoded)
+        kept = entry if entry is not None else encoded
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
             last = (state.stamp, state.latest)
-            self._seen[key] = _Seen(uid, state.rv, gen, None, encoded, None, last)
+            self._seen[key] = _Seen(uid, state.rv, gen, kept, digest, None, last)
         else:
             rv = resource_version(obj)
-            self._seen[key] = _Seen(uid, rv, gen, None, encoded, stamps(obj), last_changed(obj))
+            self._seen[key] = _Seen(uid, rv, gen, kept, digest, stamps(obj), last_changed(obj))
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
             self._forget(prev.uid)
         if uid in self._seeding:
-            self._seeding[uid] = self._pending(obj)
+            self._seeding[uid] = self._pending(obj, entry)
         if uid in self._unseen:
             self._arrived(uid, gen)
         if gen is not None and prev is not None:  # a change, not a first sight
@@ -337,20 +368,20 @@ class History:
             # generation 1 was seen from its creation on: no change of it is stored yet, so
             # there is nothing to read back (and its first change need not wait to name owners).
             if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
-                self._start_seed(self._pending(obj), uid, _namespace(obj))
+                self._start_seed(self._pending(obj, entry), uid, _namespace(obj))
             return
         if (
-            prev.entry is not None  # first seen in a list, and not looked at since
+            prev.digest == UNREAD  # first seen in a list, and not looked at since
             and before is None
             and uid not in self._seeding
             and self.enabled
             and self.ownership.markers(obj)
         ):
-            self._start_seed(self._pending(obj), uid, _namespace(obj))
+            self._start_seed(self._pending(obj, entry), uid, _namespace(obj))
         # Until its seed is in, this replica does not know the owners in effect: it says
         # nothing of them rather than that there are none.
         recorded = None if uid in self._seeding else owners
-        if prev.fields is not None and prev.fields == encoded:
+        if digest is not None and prev.digest == digest:
             return  # nothing client-owned changed (a status update): nothing to decode
         old = prev.decoded(kind)
         changes = diff(kind, old, fields)
