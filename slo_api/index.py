@@ -358,6 +358,8 @@ class CRIndex:
         # The resourceVersion each informer has reached (events, bookmarks, lists) and the
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
+        # Each informer's name, one tuple shared by every change it causes (see _source).
+        self._sources: dict[Source, Source] = {}
         self.first_positions: dict[Source, int] = {}
         # Informers that met a resourceVersion KEP-5504 does not let a client compare: where
         # they are cannot be told to another replica (a change stream's revision).
@@ -396,7 +398,9 @@ class CRIndex:
 
     def _source(self, plural: str, group: str, namespace: str) -> Source:
         scoped = (plural, group, namespace)
-        return scoped if scoped in self.positions else (plural, group, "")
+        source = scoped if scoped in self.positions else (plural, group, "")
+        # One tuple per informer, not one per event: the change log keeps each change's.
+        return self._sources.setdefault(source, source)
 
     def _caused(self, plural: str, group: str, namespace: str, rv: int | None) -> None:
         # An event's object carries the event's resourceVersion; a write's result its own.

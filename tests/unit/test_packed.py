@@ -194,3 +194,30 @@ def test_a_cr_listed_again_as_held_shares_the_held_bytes() -> None:
     changed = copy.deepcopy(obj)
     changed["spec"]["priority"] += 1  # the same version said otherwise: packed anew
     assert index.entry(LLM, changed).obj() == slim(changed)
+
+
+def test_a_kind_first_seen_without_a_status_packs_crs_with_one_as_well() -> None:
+    index = make_index()
+    created = typical(0)
+    index.upsert(LLM, created)  # the first of its kind: just created, no status yet
+    objs = []
+    for i in range(1, 101):
+        obj = typical(i)
+        obj["status"] = {
+            "observedGeneration": 1,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Reconciled",
+                    "lastTransitionTime": f"2026-12-04T16:{i % 60:02d}:00Z",
+                },
+            ],
+            "replicas": i % 7,
+        }
+        objs.append(obj)
+        index.upsert(LLM, obj)
+    index.delete(LLM, created)
+    json_bytes = sum(len(orjson.dumps(slim(o))) for o in objs)
+    assert index.encoded_bytes < json_bytes / 8, (index.encoded_bytes, json_bytes)
+    assert [index.get(LLM, "bench", o["metadata"]["name"]) for o in objs] == [slim(o) for o in objs]
