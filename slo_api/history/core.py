@@ -136,7 +136,15 @@ class _Seen:
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
     # index's copy keeps no managedFields but the GitOps tools').
     managers: Stamps | None
-    last: tuple[float, tuple[str, ...]]
+    # The newest of them and the entries stamped then; None: the entry's (`state`).
+    last: tuple[float, tuple[str, ...]] | None
+
+    def stamped(self) -> tuple[float, tuple[str, ...]]:
+        """When the state was last changed, and the managedFields entries stamped then."""
+        if self.last is not None:
+            return self.last
+        state = self.state
+        return (state.stamp, state.latest) if isinstance(state, Entry) else (0.0, ())
 
     def decoded(self, kind: Kind) -> dict[str, Any]:
         state = self.state
@@ -170,7 +178,8 @@ class History:
         self.ownership = ownership or Ownership()
         # How long a change made through slo-api is left to the replica that made it.
         self.grace = kube.timeout if grace is None else grace
-        self._seen: dict[tuple[str, str, Name], _Seen] = {}
+        # Per (plural, API group), then per CR: a key tuple per CR would cost 64 bytes each.
+        self._seen: dict[tuple[str, str], dict[Name, _Seen]] = {}
         self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
         self._by: BoundedDict[str, Who] = BoundedDict(BY_KEPT)
         # The GitOps owners in effect after the newest change observed, per CR uid (see _keep).
@@ -307,13 +316,15 @@ class History:
         kind = self.kinds.get(plural)
         if kind is None:
             return
-        key = (plural, group, name)
+        seens = self._seen.get((plural, group))
+        if seens is None:
+            seens = self._seen[(plural, group)] = {}
         if state is None:
-            seen = self._seen.pop(key, None)
+            seen = seens.pop(name, None)
             if seen is not None and seen.uid:
                 self._forget(seen.uid)
             return
-        prev = self._seen.get(key)
+        prev = seens.get(name)
         if isinstance(state, Entry):
             if (
                 prev is not None
@@ -325,8 +336,7 @@ class History:
             if prev is None or prev.uid != state.uid:
                 if prev is not None and prev.uid:
                     self._forget(prev.uid)  # re-created while the watch was away
-                last = (state.stamp, state.latest)
-                self._seen[key] = _Seen(state.uid, state.rv, None, state, UNREAD, None, last)
+                seens[name] = _Seen(state.uid, state.rv, None, state, UNREAD, None, None)
                 self._first_sight(state)
                 return
             obj, entry = state.obj(), state
@@ -342,12 +352,13 @@ class History:
         encoded = _encoded(fields)
         digest = _digest(encoded)
         kept = entry if entry is not None else encoded
+        # The newest stamp: the entry's where there is one (it read the same managedFields).
+        last = None if entry is not None else last_changed(obj)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            last = (state.stamp, state.latest)
-            self._seen[key] = _Seen(uid, state.rv, gen, kept, digest, None, last)
+            seens[name] = _Seen(uid, state.rv, gen, kept, digest, None, last)
         else:
             rv = resource_version(obj)
-            self._seen[key] = _Seen(uid, rv, gen, kept, digest, stamps(obj), last_changed(obj))
+            seens[name] = _Seen(uid, rv, gen, kept, digest, stamps(obj), last)
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
@@ -387,7 +398,9 @@ class History:
         changes = diff(kind, old, fields)
         if not changes:
             return
-        manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
+        manager, when = changed_by(
+            prev.managers, prev.stamped(), obj, [c["field"] for c in changes]
+        )
         gap = state_digest(old) if isinstance(state, Entry) else None
         # Without managedFields (most of a decoded CR): the recording may wait on the API
         # server, and a start or a busy GitOps sync has many under way.

@@ -206,3 +206,12 @@ def test_the_history_holds_no_copy_of_what_the_index_holds() -> None:
     # the history diffs with is the index's entry, shared: its own cost per CR does not grow.
     small, large = _history_bytes_per_cr(1), _history_bytes_per_cr(40)
     assert large - small < 64, (small, large)
+
+
+def test_the_history_keeps_a_fifth_of_the_memory_goal_per_plain_cr() -> None:
+    # The goal: 20 MiB per 10,000 CRs, 2,097 bytes each, for everything a replica keeps. The
+    # history's share for a CR with one manager, watched through a status update: its last
+    # state (the index's entry, shared, and a digest), the managers' stamps, and the recent
+    # changes' generations (bounded: at most MINE_KEPT CRs).
+    per_cr = _history_bytes_per_cr(1)
+    assert per_cr < 20 * 2**20 / 10_000 / 5, per_cr
