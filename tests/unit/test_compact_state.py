@@ -1,6 +1,7 @@
 """What the index and the history keep of a CR is compact (managedFields as shared facts, the
-client-owned fields encoded, stamps packed, owners shared), and every answer read from it is
-the one the full objects give: the write guard's owners, who made a change, what changed."""
+history's last state the index's entry and a digest of its client-owned fields, stamps packed,
+owners shared), and every answer read from it is the one the full objects give: the write
+guard's owners, who made a change, what changed."""
 
 from __future__ import annotations
 
