@@ -369,6 +369,43 @@ def test_a_resume_that_goes_back_with_no_relist_to_explain_it_is_caught() -> Non
     assert "out of order" in found[0].message
 
 
+def _replayed_after_limits(b: Builder, before: float) -> Builder:
+    """Seed 4 (1800 s): a full-view watcher had chat's newest state from a replica whose
+    `SLOLimits` watch had not yet brought the namespace's new caps (a fault had reset its
+    connections), and resumed on another, which had recorded that caps change before chat's
+    newest state: it sends the route as it stood at the caps change, then the newest state
+    again (docs/api.md: every change from a version the revision had not reached)."""
+    b.tick(60)
+    b.put("chat", {"priority": 2})
+    b.limits("a", {"maxPriority": 9})
+    b.tick(before)
+    b.put("chat", {"priority": 3})
+    b.tick(1)
+    first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
+    b.close(first, "drop")
+    again = b.watch("w1", replica="a", since=True)
+    obj = copy.deepcopy(b.crs["chat"])
+    for priority in (2, 3):
+        obj["spec"]["priority"] = priority
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
+        b.line(again, {**line, "revision": f"y{priority}"})
+    return b
+
+
+def test_a_resume_that_replays_from_a_change_of_another_informer_passes() -> None:
+    b = _replayed_after_limits(clean(), before=0.5)
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_resume_that_replays_from_a_change_of_another_informer_long_before_is_caught() -> None:
+    """The other informer's change is older than any lag between two informers of a replica
+    (and no fault explains it): going back that far is out of order."""
+    b = _replayed_after_limits(clean(), before=30)
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
 def test_a_state_no_gap_explains_is_still_caught() -> None:
     b = clean()
     b.tick(60)
