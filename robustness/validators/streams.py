@@ -25,6 +25,8 @@ PROMISE = (
     "its last revision"
 )
 AMBIGUOUS = "ambiguous"
+# Each kind's own resource (its informer's), as the truth names it.
+_PLURALS = {kind: plural for plural, kind in RESOURCES.items()}
 
 
 @dataclass(slots=True)
@@ -194,8 +196,9 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                         ]
                         back = _replayed(steps, at, value, windows, elsewhere, lag)
                         if back is not None:
-                            # A resume elsewhere from a revision that stood before a relist
-                            # sends, in order, the changes from its version on again
+                            # A resume elsewhere from a revision that stood before a relist,
+                            # or before another informer's change, sends, in order, the
+                            # changes from that version on again
                             # (docs/api.md): the route's place goes back to where it starts.
                             pointer[route] = back
                             last_item[route] = obj
@@ -238,9 +241,6 @@ def _other_informers(recording: Recording) -> dict[str, list[tuple[float, str]]]
         if namespace:
             out[str(namespace)].append((t.time, t.resource))
     return out
-
-
-_PLURALS = {kind: plural for plural, kind in RESOURCES.items()}
 
 
 def _replayed(
