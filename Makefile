@@ -85,7 +85,7 @@ chromium:
 	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
 test: venv controlplane chromium test-tools prometheus lint
-	$(PY) -m pytest -ra --ignore=tests/robustness
+	$(PY) -m pytest -ra
 
 robustness-pass: venv controlplane
 	$(PY) -m pytest -ra tests/robustness
@@ -126,8 +126,7 @@ soak: venv controlplane
 
 # The robustness harness: seeded random traffic and faults against the real control plane and
 # two slo-api replicas, recorded and validated (docs/development.md). `make robustness-pass`
-# runs the short pass with two fixed seeds (tests/robustness/); it joins `make test` once it
-# passes repeatedly (docs/development.md, "The CI pass").
+# runs the short pass with two fixed seeds (tests/robustness/) alone; `make test` runs it too.
 # DURATION seconds of traffic (120), SEED (random, printed); recording and report under
 # .robustness/. NO="kill pause" turns faults off.
 robustness: venv controlplane

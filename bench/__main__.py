@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -353,36 +355,57 @@ def _in_run_order(results: dict[str, Any]) -> None:
         entry["config"] = dict(sorted(pages.items(), key=lambda item: item[1]["page"]))
 
 
+@contextlib.contextmanager
+def _fresh_plane(
+    args: argparse.Namespace, size: int = 0, prometheus: Prometheus | None = None
+) -> Iterator[tuple[Cluster, Path]]:
+    """A control plane of its own in a scratch folder, with `size` LLM CRs in the fleet's
+    namespace (and `prometheus` started beside it), stopped and removed afterwards."""
+    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
+    cluster = Cluster(workdir / "cluster")
+    log("starting the control plane")
+    try:
+        if prometheus is not None:
+            prometheus.start()
+        cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
+        assert cluster.admin is not None
+        assert cluster.credentials is not None
+        cluster.admin.ensure_namespace(fleet.NAMESPACE)
+        if size:
+            log(f"creating {size} LLM CRs")
+            asyncio.run(_create(cluster, 0, size, args.create_concurrency))
+        yield cluster, workdir
+    finally:
+        cluster.stop()
+        if prometheus is not None:
+            prometheus.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _merged(args: argparse.Namespace, results: dict[str, Any]) -> int:
+    """Write the results of the last full run with one measure merged in, and the report."""
+    _in_run_order(results)
+    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.report.write_text(render(results))
+    log(f"merged into {args.json} and {args.report}")
+    return 0
+
+
 def run_only(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
     """One scenario on a fresh control plane, merged into the results of the last full run."""
     results: dict[str, Any] = json.loads(args.json.read_text())
     if str(size) not in results.get("sizes", {}):
         log(f"{args.json} has no {size}-route results to merge into: run `make bench` first")
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
-    cluster = Cluster(workdir / "cluster")
-    log("starting the control plane")
-    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
-    try:
-        assert cluster.admin is not None
+    with _fresh_plane(args, size) as (cluster, workdir):
         assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(fleet.NAMESPACE)
-        log(f"creating {size} LLM CRs")
-        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
         log(f"{size} routes: a Kubernetes identity against the static token")
         entry = _kubernetes(
             cluster, cluster.credentials.slo_api_kubeconfig, workdir, size, settings
         )
-    finally:
-        cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["sizes"][str(size)]["kubernetes"] = entry
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 def _flush(args: argparse.Namespace) -> dict[str, Any]:
@@ -402,76 +425,45 @@ def run_flush(args: argparse.Namespace) -> int:
     """The in-process flush ratio alone, merged into the results of the last full run."""
     results: dict[str, Any] = json.loads(args.json.read_text())
     results["flush"] = _flush(args)
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 def run_history(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
     """The write path with history on against off, on a fresh control plane, merged into the
     results of the last full run (the row stands alone: both sides are measured here)."""
     results: dict[str, Any] = json.loads(args.json.read_text())
-    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
-    cluster = Cluster(workdir / "cluster")
-    log("starting the control plane")
-    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
-    try:
-        assert cluster.admin is not None
+    with _fresh_plane(args, size) as (cluster, workdir):
         assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(fleet.NAMESPACE)
-        log(f"creating {size} LLM CRs")
-        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
         log(f"{size} routes: PUT with the history recorded against it off")
         entry = scenarios.history_writes(
             cluster.credentials.slo_api_kubeconfig, workdir, size, settings
         )
-    finally:
-        cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     entry["alone"] = True
     results["history"] = entry
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 def run_attainment(args: argparse.Namespace, size: int, settings: scenarios.Settings) -> int:
     """/config?view=attainment against its precomputed bytes, with a real Prometheus holding a
     day of vLLM histograms for the fleet's models, merged into the results of the last run."""
     results: dict[str, Any] = json.loads(args.json.read_text())
-    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
-    cluster = Cluster(workdir / "cluster")
-    prometheus = Prometheus(workdir / "prometheus")
-    log("backfilling Prometheus and starting the control plane")
+    scratch = Path(tempfile.mkdtemp(prefix="slo-api-bench-prometheus-"))
+    prometheus = Prometheus(scratch)
+    log("backfilling Prometheus")
     prometheus.backfill(scenarios.vllm_openmetrics(97))
-    prometheus.start()
-    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
     try:
-        assert cluster.admin is not None
-        assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(fleet.NAMESPACE)
-        log(f"creating {size} LLM CRs")
-        asyncio.run(_create(cluster, 0, size, args.create_concurrency))
-        log(f"{size} routes: /config?view=attainment against the precomputed page")
-        entry = scenarios.attainment_pages(
-            cluster.credentials.slo_api_kubeconfig, workdir, prometheus.url, size, settings
-        )
+        with _fresh_plane(args, size, prometheus) as (cluster, workdir):
+            assert cluster.credentials is not None
+            log(f"{size} routes: /config?view=attainment against the precomputed page")
+            entry = scenarios.attainment_pages(
+                cluster.credentials.slo_api_kubeconfig, workdir, prometheus.url, size, settings
+            )
     finally:
-        cluster.stop()
-        prometheus.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     results["attainment"] = entry
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 def run_fleet(args: argparse.Namespace) -> int:
@@ -483,25 +475,15 @@ def run_fleet(args: argparse.Namespace) -> int:
         routes, pods, span = (int(x) for x in size.split("x"))
         runs.append(fleet_samples.measure(routes, pods, span))
     results["fleet"] = {"runs": runs, "loadavg_at_start": machine()["loadavg_at_start"]}
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 def run_memory(args: argparse.Namespace) -> int:
     """RSS of a replica that watched GitOps-managed CRs being made and changed, and of one
     started after, against the empty process, on a fresh control plane (see bench.memory)."""
     results: dict[str, Any] = json.loads(args.json.read_text())
-    workdir = Path(tempfile.mkdtemp(prefix="slo-api-bench-"))
-    cluster = Cluster(workdir / "cluster")
-    log("starting the control plane")
-    cluster.start(kubeconfig_dir=workdir / "kubeconfigs")
-    try:
-        assert cluster.admin is not None
+    with _fresh_plane(args) as (cluster, workdir):
         assert cluster.credentials is not None
-        cluster.admin.ensure_namespace(fleet.NAMESPACE)
         pki = cluster.plane.pki
         log(f"{args.memory_crs} GitOps-managed LLM CRs, each changed twice, watched by a replica")
         entry = memory.measure(
@@ -512,9 +494,6 @@ def run_memory(args: argparse.Namespace) -> int:
             args.create_concurrency,
             tracemalloc=args.tracemalloc,
         )
-    finally:
-        cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     entry["loadavg_at_start"] = machine()["loadavg_at_start"]
     if args.tracemalloc:
         out = args.json.with_name("heap.json")
@@ -527,11 +506,7 @@ def run_memory(args: argparse.Namespace) -> int:
         f"{entry['after_kib'] / 1024:.0f} MiB ({entry['after_mib_per_10k']:.1f} per 10,000)"
     )
     results["memory"] = entry
-    _in_run_order(results)
-    args.json.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    args.report.write_text(render(results))
-    log(f"merged into {args.json} and {args.report}")
-    return 0
+    return _merged(args, results)
 
 
 if __name__ == "__main__":

@@ -164,7 +164,7 @@ class Runtime:
         # The kinds' supervised watches: each lives until stop().
         self._tasks: list[asyncio.Task[None]] = []
         # One-shot: freezes the heap once every kind is first listed, then ends.
-        self._freeze: asyncio.Task[None] | None = None
+        self._synced: asyncio.Task[None] | None = None
         self._migrate: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         metrics.watch_kind_states(self.kind_states)
@@ -217,8 +217,7 @@ class Runtime:
             )
             for i in self.limit_informers
         ]
-        self._freeze = asyncio.create_task(self._freeze_when_synced(), name="gc-freeze")
-        self.attainment.start()
+        self._synced = asyncio.create_task(self._when_synced(), name="when-synced")
         self._migrate = asyncio.create_task(self._carry_history(), name="history-migration")
 
     async def _carry_history(self) -> None:
@@ -234,14 +233,16 @@ class Runtime:
                 log.exception("carrying route histories over failed; retrying in %.1fs", delay)
                 await self.recovery.pause(delay)
 
-    async def _freeze_when_synced(self) -> None:
-        """Once every kind is first listed, freeze what is alive (the index, its caches, the
-        code): a full collection then scans only what came since (see heap; at 100,000
-        routes a few hundred ms of stalled loop otherwise)."""
+    async def _when_synced(self) -> None:
+        """Once every kind is first listed: attainment's first refresh (one before it would find
+        no route, and every route would say `no_data` until the next), and a freeze of what is
+        alive (the index, its caches, the code), so a full collection then scans only what came
+        since (see heap; at 100,000 routes a few hundred ms of stalled loop otherwise)."""
         # Polled: each kind's informers set their own flag, and the first sync happens once.
         while not all(i.synced for i in self.informers):  # noqa: ASYNC110
             await asyncio.sleep(1)
         heap.freeze_alive()
+        self.attainment.start()
 
     async def _supervised(self, watch: KindWatch) -> None:
         def failed(_: BaseException | None) -> None:
@@ -274,8 +275,8 @@ class Runtime:
     async def stop(self) -> None:
         self.shutting_down = True
         await self.feed.stop()
-        await stop_tasks([*self._tasks, *(t for t in (self._freeze, self._migrate) if t)])
-        self._tasks, self._freeze, self._migrate = [], None, None
+        await stop_tasks([*self._tasks, *(t for t in (self._synced, self._migrate) if t)])
+        self._tasks, self._synced, self._migrate = [], None, None
         await self.attainment.stop()
         await self.recovery.close()
         await self.events.close()

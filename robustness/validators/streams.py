@@ -7,8 +7,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from robustness.model import Ground, during_fault, fault_windows, item_owned, shown
-from robustness.recording import Recording, Stream
+from robustness.model import (
+    RESOURCES,
+    REVISIONS,
+    Ground,
+    during_fault,
+    fault_windows,
+    item_owned,
+    shown,
+)
+from robustness.recording import GAP, Recording, Stream
 from robustness.validators.base import Violation
 
 PROMISE = (
@@ -17,6 +25,8 @@ PROMISE = (
     "its last revision"
 )
 AMBIGUOUS = "ambiguous"
+# Each kind's own resource (its informer's), as the truth names it.
+_PLURALS = {kind: plural for plural, kind in RESOURCES.items()}
 
 
 @dataclass(slots=True)
@@ -80,6 +90,7 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
     for h in ground.states.values():
         for s in h:
             spaces[s.route].add(s.namespace)
+    moved = _other_informers(recording)
     # Each (identity, view, kind)'s timelines, made once: a long run has thousands of sessions.
     known: dict[tuple[str, str, str | None], dict[str, list[Step]]] = {}
     for watcher, sessions in _sessions(recording).items():
@@ -177,10 +188,17 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                 else:
                     later = [i for i in range(at, len(steps)) if steps[i].value == value]
                     if resumed and route not in first_here and later[:1] not in ([at], [at + 1]):
-                        back = _replayed(steps, at, value, windows)
+                        elsewhere = [
+                            t
+                            for ns in spaces.get(route, ())
+                            for t, resource in moved.get(ns, ())
+                            if resource != _PLURALS.get(kind)
+                        ]
+                        back = _replayed(steps, at, value, windows, elsewhere, lag)
                         if back is not None:
-                            # A resume elsewhere from a revision that stood before a relist
-                            # sends, in order, the changes from its version on again
+                            # A resume elsewhere from a revision that stood before a relist,
+                            # or before another informer's change, sends, in order, the
+                            # changes from that version on again
                             # (docs/api.md): the route's place goes back to where it starts.
                             pointer[route] = back
                             last_item[route] = obj
@@ -211,16 +229,45 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
     return found
 
 
+def _other_informers(recording: Recording) -> dict[str, list[tuple[float, str]]]:
+    """Per namespace, when each change the truth shows came and through which resource: the
+    informers beside a route's own kind whose changes move its line (its `SLOLimits`, a pool,
+    the other kind or API group)."""
+    out: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for t in recording.truth:
+        if t.resource == REVISIONS or t.event == GAP:
+            continue
+        namespace = (t.object.get("metadata") or {}).get("namespace")
+        if namespace:
+            out[str(namespace)].append((t.time, t.resource))
+    return out
+
+
 def _replayed(
-    steps: list[Step], at: int, value: Any, windows: list[tuple[float, float]]
+    steps: list[Step],
+    at: int,
+    value: Any,
+    windows: list[tuple[float, float]],
+    elsewhere: list[float],
+    lag: float,
 ) -> int | None:
     """The state a resumed stream's replay starts at: an earlier state of the route with
-    `value`, within the fault (a relist) that the state the watcher held falls in."""
+    `value`, sent again by a replica resuming from a revision that had not reached a version
+    (docs/api.md): within the fault (a relist) that the state the watcher held falls in; or
+    the state that stood when another informer's change (`elsewhere`: the namespace's caps,
+    a pool...) came, which the revision's replica had not brought yet, an informer lagging
+    another by at most `lag` or through a fault."""
     held = steps[at].time
     for i in range(at - 1, -1, -1):
         if steps[i].value != value:
             continue
         if any(s <= steps[i].time and held <= e for s, e in windows):
+            return i
+        end = steps[i + 1].time
+        if any(
+            steps[i].time <= t < end and (held - t <= lag or during_fault(windows, t, held))
+            for t in elsewhere
+        ):
             return i
         return None
     return None

@@ -207,6 +207,9 @@ class Attainment:
         self._lines = _Lines()
         self._series: BoundedDict[tuple[str, str, str, int], list[Any]] = BoundedDict(SERIES_CACHED)
         self._limit = asyncio.Semaphore(CONCURRENCY)
+        # One refresh at a time: of two that overlap, the one started first may end last and
+        # put its older figures back.
+        self._refreshing = asyncio.Lock()
         self._orders: BoundedDict[tuple[Any, ...], list[str]] = BoundedDict(64)
         self._pages: BoundedDict[tuple[Any, ...], tuple[bytes, str]] = BoundedDict(256)
         self._changes = 0  # moves with every change of a route the index reports
@@ -264,7 +267,12 @@ class Attainment:
             await asyncio.sleep(self.refresh_seconds)
 
     async def refresh(self) -> None:
-        """Query every route's figures once; a failure keeps the last good snapshot."""
+        """Query every route's figures once; a failure keeps the last good snapshot. Asked for
+        while one runs, it waits for that one and then refreshes again."""
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         assert self.prometheus is not None
         at = float(int(self.clock()))
         try:

@@ -6,17 +6,20 @@ A change whose manager is slo-api that this replica did not make is another repl
 may be one no manager stamped (a reset through slo-api, nulls for the only fields it held,
 leaves no slo-api entry in managedFields): it is left to that replica for a grace, then
 stored as a placeholder (`UNKNOWN`) that the writer's own record replaces. Across a relist's
-gap (the states between two observed ones unseen) a change is a caller's only if it starts at
-the state the caller's write was made on (`Mine.made`).
+gap (the states between two observed ones unseen) only the part of a change from the state the
+caller's write was made on is the caller's (`Mine.split`).
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from slo_api.history.changes import Change
+import orjson
+
+from slo_api.history.changes import Change, diff, owned_fields
 from slo_api.kinds.base import Obj
 from slo_api.managed_fields import Stamps, field_entries, manager_key, spec_keys, stamp_of
 
@@ -74,18 +77,43 @@ def changed_by(
     return str(chosen.get("manager") or UNKNOWN), str(time) if time else None
 
 
+# A change as this replica's write splits it: (what came before the write, the write's own).
+Parts = tuple[Change | None, Change | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Mine:
-    """A write this replica made: its caller, and the digest of the client-owned fields it
-    was made on (its precondition's state; None: not known)."""
+    """A write this replica made: its caller, the digest of the client-owned fields it was
+    made on (its precondition's state; None: not known), and that state's version and fields
+    (encoded)."""
 
     writer: Writer
     before: bytes | None
+    made_on: tuple[str, bytes] | None = None
 
-    def made(self, change: Change) -> bool:
-        """Whether `change` is this write alone: consecutive states, or a relist's gap that
-        starts at the state the write was made on (then its changed fields are the write's)."""
-        return change.gap is None or (self.before is not None and self.before == change.gap)
+    def split(self, change: Change) -> Parts | None:
+        """`change` as (what came before this write, this write's own change); None when the
+        write's part of it cannot be told.
+
+        Consecutive states, or a relist's gap that starts at the state the write was made on:
+        all of it is the write's. A gap that starts earlier holds other writers' changes too:
+        the write's own is the difference from the state it was made on (consecutive states:
+        the write was conditional on it), and the rest ends at that state's version, still
+        across the gap."""
+        if change.gap is None or (self.before is not None and self.before == change.gap):
+            return None, change
+        if self.made_on is None:
+            return None
+        version, encoded = self.made_on
+        made_on: dict[str, Any] = orjson.loads(encoded)
+        kind, after = change.kind, owned_fields(change.kind, change.obj)
+        start = {**after, **{str(c["field"]): c["from"] for c in change.changes}}
+        start = {f: v for f, v in start.items() if v is not None}
+        rest, own = diff(kind, start, made_on), diff(kind, made_on, after)
+        return (
+            replace(change, changes=rest, version=version, fields=made_on) if rest else None,
+            replace(change, changes=own, gap=None) if own else None,
+        )
 
 
 # Who made a change, as `who` tells it: (actor, via, requestId, clientRequestId). Kept as a

@@ -101,6 +101,10 @@ class Change:
     # Across a relist's gap: the digest of the state before it (see state_digest); None for
     # two consecutive states.
     gap: bytes | None = None
+    # A change that ends at a state the informers did not show (the one a write was made on,
+    # inside a relist's gap): its version and client-owned fields, not `obj`'s.
+    version: str | None = None
+    fields: Mapping[str, Any] | None = None
 
 
 def state_digest(fields: Mapping[str, Any]) -> bytes:

@@ -19,9 +19,10 @@ consecutive states the informers observed for one CR (never a write's answer). W
   slo-api, nulls for the only fields it held, leaves no slo-api entry in managedFields. A
   replica whose own write finds such a placeholder replaces it (see attribution.py).
 A relist shows a new state without the ones between: the change recorded is from the last
-state observed to the listed one; it is a caller's only if it starts at the state the caller's
-write was made on, and a revision of the same version made from consecutive states (by a
-replica that saw them) replaces it. A read waits only for this replica's own writes.
+state observed to the listed one; where it ends at this replica's write, it is split at the
+state the write was made on (the caller's part from there, see Mine.split), and a revision of
+the same version made from consecutive states (by a replica that saw them) replaces it. A read
+waits only for this replica's own writes.
 
 Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py), for the
 write guard (`remembered`): those the last state's managedFields name are read from the
@@ -49,7 +50,16 @@ from typing import Any
 import orjson
 
 from slo_api.bounded import BoundedDict
-from slo_api.history.attribution import SELF, UNKNOWN, Mine, Who, changed_by, who, writer
+from slo_api.history.attribution import (
+    SELF,
+    UNKNOWN,
+    Mine,
+    Parts,
+    Who,
+    changed_by,
+    who,
+    writer,
+)
 from slo_api.history.changes import Change, diff, generation, owned_fields, state_digest
 from slo_api.history.legacy import Legacy
 from slo_api.history.revisions import (
@@ -246,10 +256,14 @@ class History:
         with `obj`: its change is this caller's."""
         mine, rv, uid = writer.get(), resource_version(obj), uid_of(obj)
         if mine is not None and rv:
-            start = None
+            start, made_on = None, None
             if before is not None and kind is not None:
-                start = state_digest(owned_fields(kind, before))
-            self._mine[rv] = Mine(mine, start)
+                fields = owned_fields(kind, before)
+                start = state_digest(fields)
+                # Kept for when a relist skips from an older state to this write's (see
+                # Mine.split): a few hundred bytes, for the newest MINE_KEPT writes.
+                made_on = (resource_version(before), orjson.dumps(fields))
+            self._mine[rv] = Mine(mine, start, made_on)
             pending = self._answers.get(rv)
             if pending is not None:  # its event came first, and waits for this answer
                 pending[0].set()
@@ -486,14 +500,15 @@ class History:
         change = Change(kind, without_managed_fields(obj), changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
-        if mine is not None and mine.made(change):
-            self._record(change, mine.writer[0], SELF, *mine.writer[1:], recorded, own=True)
+        parts = mine.split(change) if mine is not None else None
+        if mine is not None and parts is not None:
+            self._spawn_mine(uid, mine, parts, recorded)
             return
         actor = UNKNOWN if manager == SELF else manager
         self._by[version] = (actor, manager, None, None)
         if mine is not None:
-            # A relist's gap that ends at this replica's write but holds more than it: it is
-            # not pinned on the caller.
+            # A relist's gap that ends at this replica's write but holds more than it, from a
+            # state it cannot tell apart: it is not pinned on the caller.
             self._record(change, actor, manager, None, None, recorded)
         elif manager in (SELF, UNKNOWN):
             # Another replica's write, or this one's whose answer is still on its way: a
@@ -584,8 +599,9 @@ class History:
             if held is not None and held[0] is answered:
                 del self._answers[rv]
             mine = self._mine.get(rv)
-            if mine is not None and mine.made(change):
-                await self.revisions.store(change, mine.writer[0], SELF, *mine.writer[1:], owners)
+            parts = mine.split(change) if mine is not None else None
+            if mine is not None and parts is not None:
+                await self._store_mine(mine, parts, owners)
             else:
                 await self.revisions.store(
                     change, UNKNOWN, via, None, None, owners, placeholder=True
@@ -593,6 +609,21 @@ class History:
 
         # Not a recording a read here waits for, unless this replica's answer names it.
         self._answers[rv] = (answered, self._spawn(wait()))
+
+    def _spawn_mine(
+        self, uid: str, mine: Mine, parts: Parts, owners: dict[str, Owner] | None
+    ) -> None:
+        if self.enabled:
+            self._own(uid, self._spawn(self._store_mine(mine, parts, owners)))
+
+    async def _store_mine(self, mine: Mine, parts: Parts, owners: dict[str, Owner] | None) -> None:
+        """This replica's write (see Mine.split): what came before it across a relist's gap,
+        nobody's (the owners after it not known), then the caller's own change."""
+        before, own = parts
+        if before is not None:
+            await self.revisions.store(before, UNKNOWN, UNKNOWN, None, None, None)
+        if own is not None:
+            await self.revisions.store(own, mine.writer[0], SELF, *mine.writer[1:], owners)
 
     def _record(
         self,

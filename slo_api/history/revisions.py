@@ -131,9 +131,9 @@ def entry_of(
     owners: Mapping[str, Owner] | None,
 ) -> Obj:
     kind, obj = change.kind, change.obj
-    after = owned_fields(kind, obj)
+    after = owned_fields(kind, obj) if change.fields is None else change.fields
     return {
-        "id": resource_version(obj),
+        "id": change.version or resource_version(obj),
         "time": change.when,
         "actor": actor,
         "via": via,

@@ -460,3 +460,37 @@ async def test_a_tag_that_is_a_digit_but_not_a_number_is_ignored() -> None:
     assert answer["objectives"][0]["goodRatio"] == pytest.approx(0.8)
     charted = await attainment.with_series("own", "llm", cr, "1h")
     assert [p for _, p in charted["objectives"][0]["series"]] == [0.4, 0.45]
+
+
+async def test_a_refresh_asked_for_while_one_runs_leaves_the_newer_figures() -> None:
+    """`make test` once: a test's own refresh overlapped the service's first one, which had
+    started earlier and finished later, so the figures went back to the older refresh's."""
+    now = [1_800_000_000.0]
+    gate, entered = asyncio.Event(), asyncio.Event()
+
+    firsts: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        form = parse_qs(request.content.decode())
+        if float(form["time"][0]) == 1_800_000_000.0:
+            firsts.append(form["query"][0])
+            if len(firsts) == 10:  # one query of the first refresh is slow
+                entered.set()
+                await gate.wait()
+        return _buckets(form["query"][0], ("0.5", 95), ("+Inf", 100))
+
+    cr = llm_cr("a", model="m", **TTFT_CR)
+    attainment = _attainment(handler, [cr], clock=lambda: now[0])
+    first = asyncio.create_task(attainment.refresh())
+    await entered.wait()
+    now[0] += 1
+    second = asyncio.create_task(attainment.refresh())
+    for _ in range(1000):  # turns of the loop for the second to run as far as it may
+        if second.done():
+            break
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, second)
+    source = attainment.answer("a", "llm", cr, "28d")["source"]
+    assert source["status"] == "ok"
+    assert source["asOf"] == "2027-01-15T08:00:01Z"

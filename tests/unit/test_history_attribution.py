@@ -8,10 +8,18 @@ import asyncio
 import re
 from typing import Any
 
+import orjson
 import pytest
 
 from slo_api.history import History, writer
-from slo_api.history.revisions import order, revision_name
+from slo_api.history.revisions import (
+    REVISIONS,
+    UID_LABEL,
+    across_relist,
+    order,
+    revision_name,
+)
+from slo_api.index import CRIndex
 from slo_api.kube import KubeError
 from slo_api.ownership import ARGOCD_TRACKING_ANNOTATION
 from slo_api.recovery import Recovery
@@ -53,25 +61,99 @@ def _argo(rv: int, managed: list[dict[str, Any]], uid: str = "u1", **spec: Any) 
     return obj
 
 
-def test_a_relist_gap_ending_at_a_write_is_the_caller_s_only_if_it_is_all_theirs() -> None:
+def _across(kube: FakeKube, uid: str = "u1") -> dict[str, bool]:
+    """Each stored revision's id, and whether it says it was made across a relist's gap."""
+    return {
+        str(orjson.loads(o["data"])["id"]): across_relist(o)
+        for (plural, _, _), o in kube.objects.items()
+        if plural == REVISIONS.plural and o["metadata"]["labels"][UID_LABEL] == uid
+    }
+
+
+def _steps() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A CR created (10), kubectl's priority change (11), and a write through slo-api made on
+    that (12: ttft)."""
+    return (
+        _state(10, _managed(CREATED), priority=1),
+        _state(11, _managed(CREATED, PATCHED), priority=5),
+        _state(12, _managed(CREATED, PATCHED, MINE), priority=5, ttft=TTFT),
+    )
+
+
+def _watching(replica: History, first: dict[str, Any]) -> CRIndex:
+    """An index whose changes `replica` observes, holding `first`."""
+    index = Service.index_for([LLM])
+    index.on_observed(replica.observe)
+    index.upsert(PLURAL, first)
+    return index
+
+
+def test_a_relist_gap_ending_at_a_write_is_split_at_the_state_the_write_was_made_on() -> None:
     async def scenario() -> None:
         kube = FakeKube()
-        index = Service.index_for([LLM])
         replica = _replica(kube)
-        index.on_observed(replica.observe)
-        index.upsert(PLURAL, _state(10, _managed(CREATED), priority=1))
+        base, edited, written = _steps()
+        index = _watching(replica, base)
         # The watch breaks; kubectl changes priority, then this replica's write (conditional
         # on that fresh state) sets ttft; the relist shows only the write's version.
-        edited = _state(11, _managed(CREATED, PATCHED), priority=5)
-        written = _state(12, _managed(CREATED, PATCHED, MINE), priority=5, ttft=TTFT)
         _write(replica, written, edited)
         index.replace(PLURAL, [index.entry(PLURAL, written)], GROUP)
         await _settle(replica)
-        (entry,) = _revisions(kube)
-        assert entry["id"] == "12"
-        # Not alice's: she set ttft, not priority.
-        assert _by(entry) == ("unknown", "unknown", None, None)
-        assert [c["field"] for c in entry["changes"]] == ["priority", "ttft"]
+        before, mine = _revisions(kube)
+        # Alice set ttft on version 11: that change is hers, made from consecutive states (the
+        # write was conditional on 11). What came before it, across the gap, is nobody's.
+        assert (mine["id"], _by(mine)) == ("12", ("alice", "slo-api", "own-1", None))
+        assert mine["changes"] == [{"field": "ttft", "from": None, "to": TTFT}]
+        assert (before["id"], _by(before)[0]) == ("11", "unknown")
+        assert before["changes"] == [{"field": "priority", "from": 1, "to": 5}]
+        assert (before["after"]["priority"], before["after"].get("ttft")) == (5, None)
+        assert _across(kube) == {"11": True, "12": False}
+
+    vtime.run(scenario())
+
+
+def test_a_write_a_relist_skipped_to_is_the_caller_s_though_another_replica_saw_each_step() -> None:
+    """The API server restarts: the writer's relist skips from 10 to its write (12, made on
+    kubectl's 11), another replica sees 11 and 12 and cannot tell whose 12 is."""
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        relisting, watching = _replica(kube), _replica(kube)
+        steps = _steps()
+        index = _watching(relisting, steps[0])
+        _write(relisting, steps[2], steps[1])
+        index.replace(PLURAL, [index.entry(PLURAL, steps[2])], GROUP)
+        for state in steps:
+            watching.observe(PLURAL, GROUP, NAME, state)
+        await _settle(relisting, watching)
+        entries = _revisions(kube)
+        assert [(e["id"], _by(e)[:2]) for e in entries] == [
+            ("11", ("kubectl-patch", "kubectl-patch")),
+            ("12", ("alice", "slo-api")),
+        ]
+        assert [c["field"] for c in entries[1]["changes"]] == ["ttft"]
+        assert _across(kube) == {"11": False, "12": False}
+
+    vtime.run(scenario())
+
+
+def test_a_relist_to_a_write_before_its_answer_is_split_once_the_answer_comes() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        base, edited, written = _steps()
+        index = _watching(replica, base)
+        # The relist brings the write's version while its answer is still on its way.
+        index.replace(PLURAL, [index.entry(PLURAL, written)], GROUP)
+        await asyncio.sleep(GRACE / 2)
+        _write(replica, written, edited)
+        await _settle(replica)
+        assert [
+            (e["id"], _by(e)[0], [c["field"] for c in e["changes"]]) for e in _revisions(kube)
+        ] == [
+            ("11", "unknown", ["priority"]),
+            ("12", "alice", ["ttft"]),
+        ]
 
     vtime.run(scenario())
 

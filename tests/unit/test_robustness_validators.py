@@ -330,14 +330,19 @@ def test_a_state_the_harness_watch_missed_in_its_gap_is_not_held_against_a_strea
     assert validate(b.finish(), ("streams",)) == []
 
 
-def _replayed(b: Builder, fault: bool) -> Builder:
+def _replayed(b: Builder, fault: bool = False, caps_before: float | None = None) -> Builder:
     """A watcher that had chat's newest state resumes on another replica, which sends the
-    route's two changes before it again, in order (its revision named a version from before
-    a relist the first replica was recording)."""
+    route's two changes before it again, in order: its revision named a version from before
+    a relist the first replica was recording (`fault`), or from before a change of the
+    namespace's caps that the first replica's `SLOLimits` watch had not brought yet, made
+    `caps_before` seconds before chat's newest state."""
     b.tick(60)
     if fault:
         b.fault("compaction", "apiserver", 0.1)  # the relist that made the revision imprecise
     b.put("chat", {"priority": 2})
+    if caps_before is not None:
+        b.limits("a", {"maxPriority": 9})
+        b.tick(caps_before)
     third = b.put("chat", {"priority": 3})
     b.tick(1)
     first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
@@ -346,13 +351,8 @@ def _replayed(b: Builder, fault: bool) -> Builder:
     obj = copy.deepcopy(b.crs["chat"])
     for priority in (2, 3):
         obj["spec"]["priority"] = priority
-        line = {
-            "type": "MODIFIED",
-            "route": "chat",
-            "object": item(obj),
-            "revision": f"z{priority}",
-        }
-        b.line(again, line)
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
+        b.line(again, {**line, "revision": f"z{priority}"})
     assert third.status == 200
     return b
 
@@ -363,7 +363,26 @@ def test_a_resume_that_replays_changes_from_before_a_relist_passes() -> None:
 
 
 def test_a_resume_that_goes_back_with_no_relist_to_explain_it_is_caught() -> None:
-    b = _replayed(clean(), fault=False)
+    b = _replayed(clean())
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
+def test_a_resume_that_replays_from_a_change_of_another_informer_passes() -> None:
+    """Seed 4 (1800 s): a fault had reset a replica's connections, so its `SLOLimits` watch
+    had not yet brought the namespace's new caps when a full-view watcher read chat's newest
+    state there; resumed on another replica, which had recorded the caps change before that
+    state, it was sent the route as it stood at the caps change, then the newest state again
+    (docs/api.md: every change from a version the revision had not reached)."""
+    b = _replayed(clean(), caps_before=0.5)
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_resume_that_replays_from_a_change_of_another_informer_long_before_is_caught() -> None:
+    """The other informer's change is older than any lag between two informers of a replica
+    (and no fault explains it): going back that far is out of order."""
+    b = _replayed(clean(), caps_before=30)
     found = validate(b.finish(), ("streams",))
     assert found
     assert "out of order" in found[0].message

@@ -68,3 +68,34 @@ async def test_a_kind_watch_that_fails_is_counted_and_started_again() -> None:
         assert failures == 1
     finally:
         await runtime.stop()
+
+
+async def test_attainment_first_refreshes_once_every_kind_is_listed() -> None:
+    """A refresh before the first list finds no route, and every route would then say
+    `no_data` (with `source.status` "ok") until the next one, a minute later."""
+    kube = FakeKube()
+    token = "unit-write-token"
+    settings = Settings(slo_api_token=token, prometheus_url="http://127.0.0.1:9")
+    runtime = Runtime(settings, kube, Metrics(), TokenStore(token))  # type: ignore[arg-type]
+    refreshed = asyncio.Event()
+
+    async def refresh() -> None:
+        assert all(i.synced for i in runtime.informers), "refreshed before the first list"
+        refreshed.set()
+
+    async def listing() -> None:
+        await asyncio.Event().wait()
+
+    runtime.attainment.refresh = refresh  # type: ignore[method-assign]
+    for informer in runtime.informers:
+        informer.run = listing  # type: ignore[method-assign]
+    runtime.start()
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(refreshed.wait(), timeout=1.5)
+        assert not refreshed.is_set()
+        for informer in runtime.informers:
+            informer.discovered = True  # and no group served: listed
+        await asyncio.wait_for(refreshed.wait(), timeout=10)
+    finally:
+        await runtime.stop()
