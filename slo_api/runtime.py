@@ -163,7 +163,7 @@ class Runtime:
         self.shutting_down = False
         # The kinds' supervised watches: each lives until stop().
         self._tasks: list[asyncio.Task[None]] = []
-        # One-shot: freezes the heap once every kind is first listed, then ends.
+        # One-shot: once every kind is first listed, freezes the heap and starts attainment.
         self._synced: asyncio.Task[None] | None = None
         self._migrate: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -43,8 +43,21 @@ def preamble(sse: bool) -> bytes:
     return b"retry: %d\n\n" % random.randint(RETRY_MS, 2 * RETRY_MS)
 
 
+# JSON may carry these raw inside a string, and orjson does; but Python's line readers
+# (str.splitlines, httpx's aiter_lines) end a line at them, and would hand a client half an
+# event. In UTF-8 they can only stand inside a JSON string, where their escape means the same.
+_LINE_BREAKS = (
+    (b"\xc2\x85", b"\\u0085"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
 def frame(line: bytes, position: bytes | None, sse: bool) -> bytes:
     """One event: `line` is its JSON; `position` its resumable revision, if it has one."""
+    if b"\xc2\x85" in line or b"\xe2\x80" in line:
+        for raw, escaped in _LINE_BREAKS:
+            line = line.replace(raw, escaped)
     if not sse:
         return line + b"\n"
     if position is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from slo_api.history.changes import Change, diff, owned_fields
+from slo_api.history.changes import Change, diff, owned_fields, state_digest
 from slo_api.kinds.base import Obj
 from slo_api.managed_fields import Stamps, field_entries, manager_key, spec_keys, stamp_of
 
@@ -83,12 +83,10 @@ Parts = tuple[Change | None, Change | None]
 
 @dataclass(frozen=True, slots=True)
 class Mine:
-    """A write this replica made: its caller, the digest of the client-owned fields it was
-    made on (its precondition's state; None: not known), and that state's version and fields
-    (encoded)."""
+    """A write this replica made: its caller, and the state it was made on (its precondition:
+    that state's version and client-owned fields, encoded; None: not known)."""
 
     writer: Writer
-    before: bytes | None
     made_on: tuple[str, bytes] | None = None
 
     def split(self, change: Change) -> Parts | None:
@@ -100,12 +98,14 @@ class Mine:
         the write's own is the difference from the state it was made on (consecutive states:
         the write was conditional on it), and the rest ends at that state's version, still
         across the gap."""
-        if change.gap is None or (self.before is not None and self.before == change.gap):
+        if change.gap is None:
             return None, change
         if self.made_on is None:
             return None
         version, encoded = self.made_on
         made_on: dict[str, Any] = orjson.loads(encoded)
+        if state_digest(made_on) == change.gap:
+            return None, change
         kind, after = change.kind, owned_fields(change.kind, change.obj)
         start = {**after, **{str(c["field"]): c["from"] for c in change.changes}}
         start = {f: v for f, v in start.items() if v is not None}

@@ -256,14 +256,12 @@ class History:
         with `obj`: its change is this caller's."""
         mine, rv, uid = writer.get(), resource_version(obj), uid_of(obj)
         if mine is not None and rv:
-            start, made_on = None, None
+            made_on = None
             if before is not None and kind is not None:
-                fields = owned_fields(kind, before)
-                start = state_digest(fields)
                 # Kept for when a relist skips from an older state to this write's (see
                 # Mine.split): a few hundred bytes, for the newest MINE_KEPT writes.
-                made_on = (resource_version(before), orjson.dumps(fields))
-            self._mine[rv] = Mine(mine, start, made_on)
+                made_on = (resource_version(before), orjson.dumps(owned_fields(kind, before)))
+            self._mine[rv] = Mine(mine, made_on)
             pending = self._answers.get(rv)
             if pending is not None:  # its event came first, and waits for this answer
                 pending[0].set()

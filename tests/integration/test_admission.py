@@ -96,12 +96,16 @@ async def test_an_admission_policy_denial_is_a_400_with_its_reason_and_no_names(
     await service.eventually(lambda: service.indexed(route), what=f"{route} indexed")
     path = f"/routes/{route}"
 
-    # A new policy takes effect once the API server has compiled it: dry runs until it does.
+    # A new policy takes effect once the API server has compiled it, each on its own time:
+    # dry runs until both do.
     async def denied() -> bool:
-        probe = await service.put(path, {"priority": 3}, params={"dryRun": "true"})
-        return probe.status_code == 400
+        for priority in policies:
+            probe = await service.put(path, {"priority": priority}, params={"dryRun": "true"})
+            if probe.status_code != 400:
+                return False
+        return True
 
-    await service.eventually(denied, within=60, what="the policy in force")
+    await service.eventually(denied, within=60, what="both policies in force")
     caplog.set_level(logging.INFO)
     for priority in (3, 4):
         response = await service.put(path, {"priority": priority})

@@ -436,6 +436,46 @@ async def _sse_frames(response: httpx.Response) -> AsyncIterator[tuple[str, Obj]
             event_id = ""
 
 
+# Characters JSON may carry raw that Python's line readers (str.splitlines, httpx's
+# aiter_lines) end a line at: NEL, LINE SEPARATOR, PARAGRAPH SEPARATOR.
+LINE_BREAKERS = "\u0085\u2028\u2029"
+
+
+async def test_a_field_holding_unicode_line_breaks_arrives_as_one_line_in_both_framings(
+    admin: Admin, namespace: str, slo_api_kubeconfig: Path
+) -> None:
+    route = f"breaks-{namespace}"
+    promql = f'sum(jobs_pending{{note="a{LINE_BREAKERS}b"}})'
+    admin.create(
+        crs.job(namespace, "breaks", service_id=route, queue={"maxDepth": 20, "promql": promql})
+    )
+    async with served(slo_api_kubeconfig) as (service, client):
+        await service.eventually(lambda: service.indexed(route), what=f"{route} indexed")
+        async with watch(client, view="full") as stream:
+            start = await stream.until(initial)
+            [added] = [e for e in start if e.get("route") == route]
+            assert added["object"]["queue"]["promql"] == promql
+            changed = promql.replace("a", "c", 1)
+            await asyncio.to_thread(
+                admin.merge_patch,
+                *JOB,
+                namespace,
+                "breaks",
+                {"spec": {"queue": {"promql": changed}}},
+            )
+            modified = (await stream.until(lambda e: e.get("route") == route))[-1]
+            assert modified["type"] == "MODIFIED"
+            assert modified["object"]["queue"]["promql"] == changed
+        sse = {"Accept": "text/event-stream"}
+        params = {"watch": "true", "view": "full"}
+        async with client.stream("GET", "/config", params=params, headers=sse) as response:
+            async with asyncio.timeout(WITHIN):
+                async for _, data in _sse_frames(response):
+                    if data.get("route") == route:
+                        assert data["object"]["queue"]["promql"] == changed
+                        break
+
+
 async def test_sigterm_ends_every_stream_and_exits_though_a_client_stopped_reading(
     admin: Admin, namespace: str, slo_api_kubeconfig: Path, tmp_path: Path
 ) -> None:
