@@ -148,7 +148,7 @@ async def measure(crs: int, mode: str, top: int) -> dict[str, Any]:
     if mode == "watched":
         for i in range(crs):
             for state in states(i):
-                index.upsert(PLURAL, state)
+                index.upsert(PLURAL, state, GROUP)  # as its informer does
             await asyncio.sleep(0)
     else:
         listed = [index.entry(PLURAL, states(i)[-1], GROUP) for i in range(crs)]

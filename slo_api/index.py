@@ -26,6 +26,7 @@ import orjson
 
 from slo_api import heap, versions
 from slo_api.managed_fields import Fact, entries_of, facts, last_changed, without_managed_fields
+from slo_api.packed import Dictionaries, unpack
 from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
@@ -59,8 +60,10 @@ def reach(
 
 # Told of every state of a CR the informers observe, and of none a write's answer brings:
 # (plural, API group, name, the object as received (managedFields and all), or a relist's
-# entry, or None: gone). A relist tells every CR it listed, and every one it found gone.
-Observed = Callable[[str, str, "Name", "Obj | Entry | None"], None]
+# entry, or None: gone; and the entry the index made of it, to share rather than copy (a
+# relist's: the same; None: gone). A relist tells every CR it listed, and every one it found
+# gone.
+Observed = Callable[[str, str, "Name", "Obj | Entry | None", "Entry | None"], None]
 
 log = logging.getLogger("slo_api.index")
 
@@ -122,9 +125,10 @@ REPLACE_TURN = 1000
 DIFF_TURN = 10_000
 # Entries of a state replaced by a relist's copy let go of per turn (about 4 ms of freeing).
 DROP_TURN = 10_000
-# Measured bytes per stored CR besides its encoded JSON: the entry, its keys and uid, the
-# claims and the sorted route lists (see tests/unit/test_index_memory.py).
-ENTRY_OVERHEAD = 460
+# Measured bytes per stored CR besides its packed JSON: the entry, its keys and uid, the
+# claims and the sorted route lists (see tests/unit/test_index_memory.py: 514 for a CR with
+# one manager, 562 with Argo CD's managedFields kept).
+ENTRY_OVERHEAD = 515
 # Measured bytes per cached render besides its own bytes: the bytes object's header and the
 # cache's slot (see tests/unit/test_index_memory.py).
 RENDER_OVERHEAD = 56
@@ -238,14 +242,16 @@ class _SortedNames:
 
 
 class Entry:
-    """One stored copy of a CR: the object encoded as JSON, and what the index reads of it.
+    """One stored copy of a CR: the object's JSON, packed (see slo_api.packed), and what the
+    index reads of it.
 
-    Kept encoded because a decoded CR costs several times its JSON in Python objects, and
-    every replica holds every CR: it is decoded when a route is read or written.
+    Kept packed because a decoded CR costs several times its JSON in Python objects, and
+    every replica holds every CR: it is unpacked and decoded when a route is read or written.
     """
 
     __slots__ = (
         "data",
+        "dictionary",
         "group",
         "latest",
         "managed",
@@ -269,9 +275,12 @@ class Entry:
         stamp: float = 0.0,
         latest: tuple[str, ...] = (),
         managed: tuple[Fact, ...] = (),
+        dictionary: bytes | None = None,
     ) -> None:
         self.name = name
+        # The JSON packed with `dictionary` (its kind's, shared), or as it is (None).
         self.data = data
+        self.dictionary = dictionary
         self.group = group
         self.uid = uid
         self.rv = rv
@@ -286,16 +295,24 @@ class Entry:
         # shared tuples (see managed_fields.facts): their JSON was a fifth of such a CR's.
         self.managed = managed
 
+    def json(self) -> bytes:
+        """The object's JSON as stored (managedFields apart)."""
+        return self.data if self.dictionary is None else unpack(self.data, self.dictionary)
+
     def obj(self) -> Obj:
-        value: Obj = orjson.loads(self.data)
+        value: Obj = orjson.loads(self.json())
         if self.managed:
             value["metadata"]["managedFields"] = entries_of(self.managed)
         return value
 
     def same(self, other: Entry) -> bool:
-        return (
-            self.group == other.group and self.data == other.data and self.managed == other.managed
-        )
+        if self.group != other.group or self.managed != other.managed:
+            return False
+        if self.dictionary is other.dictionary:
+            # Packing is deterministic: with one dictionary, equal bytes are equal JSON.
+            return self.data == other.data
+        # Packed with different dictionaries (or one not packed): only the JSON tells.
+        return self.json() == other.json()
 
 
 class CRIndex:
@@ -328,7 +345,11 @@ class CRIndex:
         # reads do not rebuild them per request. A route's entries are dropped whenever a CR
         # that claims it, or a pool that lists it as a member, is stored or removed.
         self._rendered: dict[str, dict[str, Any]] = {}
-        # Bytes of encoded objects held (every copy), and of cached renders, for the estimate.
+        # The dictionary each kind's JSON is packed with. Not part of the state a copy built
+        # aside (see _aside) takes over: the copy shares it, so what it packs and compares is
+        # packed alike.
+        self._dictionaries = Dictionaries()
+        # Bytes of packed objects held (every copy), and of cached renders, for the estimate.
         self.encoded_bytes = 0
         self.rendered_bytes = 0
         # Routes whose rendered values were dropped since listeners were last told.
@@ -337,6 +358,8 @@ class CRIndex:
         # The resourceVersion each informer has reached (events, bookmarks, lists) and the
         # first it reached (its first list: nothing before it is known here).
         self.positions: dict[Source, int] = {}
+        # Each informer's name, one tuple shared by every change it causes (see _source).
+        self._sources: dict[Source, Source] = {}
         self.first_positions: dict[Source, int] = {}
         # Informers that met a resourceVersion KEP-5504 does not let a client compare: where
         # they are cannot be told to another replica (a change stream's revision).
@@ -375,7 +398,9 @@ class CRIndex:
 
     def _source(self, plural: str, group: str, namespace: str) -> Source:
         scoped = (plural, group, namespace)
-        return scoped if scoped in self.positions else (plural, group, "")
+        source = scoped if scoped in self.positions else (plural, group, "")
+        # One tuple per informer, not one per event: the change log keeps each change's.
+        return self._sources.setdefault(source, source)
 
     def _caused(self, plural: str, group: str, namespace: str, rv: int | None) -> None:
         # An event's object carries the event's resourceVersion; a write's result its own.
@@ -386,10 +411,17 @@ class CRIndex:
         index stores it and the listeners hear of it."""
         self._observers.append(observer)
 
-    def _observed(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+    def _observed(
+        self,
+        plural: str,
+        group: str,
+        name: Name,
+        state: Obj | Entry | None,
+        entry: Entry | None = None,
+    ) -> None:
         for observer in self._observers:
             try:
-                observer(plural, group, name, state)
+                observer(plural, group, name, state, entry)
             except Exception:
                 log.exception("index observer failed")
 
@@ -441,12 +473,14 @@ class CRIndex:
         return len(self._objects[plural])
 
     def estimated_bytes(self) -> int:
-        """About what the index holds in memory: the encoded objects and cached renders plus
-        a measured cost per stored CR (keys, claims, route lists) and per cached render."""
+        """About what the index holds in memory: the packed objects, their dictionaries and
+        cached renders plus a measured cost per stored CR (keys, claims, route lists) and per
+        cached render."""
         stored = sum(len(o) for o in self._objects.values())
         renders = sum(len(c) for c in self._rendered.values())
         return (
             self.encoded_bytes
+            + self._dictionaries.held_bytes()
             + self.rendered_bytes
             + ENTRY_OVERHEAD * stored
             + RENDER_OVERHEAD * renders
@@ -500,20 +534,33 @@ class CRIndex:
         stamp, latest = last_changed(obj)
         obj = self._trim(obj)
         name = _name(obj)
+        group = group_of(obj) if group is None else group
         route = kind.route_of(obj)
         managed = _managed_apart(obj)
+        rv = rv_number(obj)
+        json = orjson.dumps(without_managed_fields(obj) if managed else obj)
+        held = self._held(plural, name).get(group) if rv is not None else None
+        if held is not None and held.rv == rv and held.json() == json:
+            # The version held, listed again (a relist finds most CRs as they were): its
+            # packed bytes are shared, not packed anew (unpacking costs a fifth of packing).
+            data, dictionary = held.data, held.dictionary
+        else:
+            data, dictionary = self._dictionaries.packed(plural, json)
+            # Packed bytes are a copy of their own already; JSON kept as it is may not be.
+            data = data if dictionary is not None else exact(data)
         return Entry(
             name,
-            exact(orjson.dumps(without_managed_fields(obj) if managed else obj)),
-            group_of(obj) if group is None else group,
+            data,
+            group,
             uid_of(obj),
-            rv_number(obj),
+            rv,
             # Most routes are named as their CR: one string for both.
             name[1] if route == name[1] else route,
             tuple(kind.members_of(obj)) if kind.members_of is not None else (),
             float(stamp),
             latest,
             managed,
+            dictionary,
         )
 
     def upsert(
@@ -522,19 +569,24 @@ class CRIndex:
         """Store an object from a watch event (`observed`; else a write's answer) unless the
         index already has a newer one."""
         group = group_of(obj) if group is None else group
-        name = _name(obj)
+        entry = self.entry(plural, obj, group)
+        name = entry.name
         if observed:
             # Even when the index holds a newer write's answer: the informers' sequence of
             # states is what a route's history is made of. Before the listeners hear of it:
             # the change stream reads who made it.
-            self._observed(plural, group, name, obj)
+            self._observed(plural, group, name, obj, entry)
         old = self._held(plural, name).get(group)
-        if old is not None and old.uid == uid_of(obj):
-            new_rv = rv_number(obj)
-            if old.rv is not None and new_rv is not None and new_rv < old.rv:
-                return False
-        self._caused(plural, group, name[0], rv_number(obj))
-        self._change(plural, name, {group: self.entry(plural, obj, group)})
+        if (
+            old is not None
+            and old.uid == entry.uid
+            and old.rv is not None
+            and entry.rv is not None
+            and entry.rv < old.rv
+        ):
+            return False
+        self._caused(plural, group, name[0], entry.rv)
+        self._change(plural, name, {group: entry})
         self._settle()
         return True
 
@@ -641,7 +693,7 @@ class CRIndex:
             listed_changed: list[Entry | None] = []
             compared = 0
             for entry in entries:
-                self._observed(plural, entry.group, entry.name, entry)
+                self._observed(plural, entry.group, entry.name, entry, entry)
                 kept = self._held(plural, entry.name).get(entry.group)
                 if kept is None or not (kept.same(entry) or _newer(kept, entry)):
                     names_changed.append(entry.name)
@@ -836,6 +888,8 @@ class CRIndex:
             self._copies[plural].pop(name, None)
         if not copies:
             self._unstore(plural, name)
+            if not self._objects[plural]:
+                self._dictionaries.forget(plural)
             return
         kind = self.kinds[plural]
         best = (

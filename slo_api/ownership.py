@@ -35,7 +35,13 @@ from typing import Any
 
 import orjson
 
-from slo_api.managed_fields import entry_of, field_entries, spec_keys, without_managed_fields
+from slo_api.managed_fields import (
+    Fact,
+    entry_of,
+    field_entries,
+    spec_keys,
+    without_managed_fields,
+)
 
 Obj = dict[str, Any]
 
@@ -290,6 +296,17 @@ class Ownership:
                 holder = "" if latest is None else str(latest.get("manager", ""))
                 out[field] = replace(owner, overridden_by=holder)
         return out
+
+    def held(self, facts: Iterable[Fact]) -> set[str]:
+        """The client-owned fields a GitOps manager holds in managedFields kept as facts (see
+        managed_fields.facts), whatever the CR: every field `owners` may name from them."""
+        return {
+            field
+            for manager, _, _, fields in facts
+            if manager in self._tools and manager not in self.co_owners
+            for field in fields
+            if field in CLIENT_FIELDS
+        }
 
     def _in_force(self, obj: Obj, owner: Owner, entries: list[Obj], markers: set[str]) -> bool:
         """A remembered owner's claim holds: still a GitOps tool, still marking the CR,

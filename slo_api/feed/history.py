@@ -32,6 +32,7 @@ import bisect
 import hashlib
 import itertools
 import secrets
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,8 +61,6 @@ BLOCK = 1024
 CHUNK = 500  # routes compared per turn of the event loop
 # The distinct claims of routes (kind, namespace, API group of each CR) shared among them.
 _SHARED_OWNERS: BoundedDict[Owners, Owners] = BoundedDict(4096)
-# The recent positions of the informers (source, version, objects held), shared among marks.
-_SHARED_POSITIONS: BoundedDict[tuple[Source, int, int], tuple[Source, int, int]] = BoundedDict(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Measured bytes a history entry costs beside its item (the Change, its owners, its list
 # slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
@@ -244,8 +243,14 @@ class ChangeLog:
         self.budget = budget
         self._epoch = secrets.token_bytes(4)
         self.seq = 0
-        # One per publication: (its last sequence, the informers' versions after it, its cause).
-        self._marks: list[tuple[int, Vector, Vector, tuple[int, ...]]] = []
+        # One mark per publication (see _mark): its last sequence, where its bytes start in
+        # `_mark_data`, and its informers (shared). Parallel arrays of machine integers and
+        # one buffer: a publication per change costs a few dozen bytes, not a tuple of tuples.
+        self._mark_seqs = array("q")
+        self._mark_at = array("q")
+        self._mark_data = bytearray()
+        self._mark_sources: list[tuple[Source, ...]] = []
+        self._sources: dict[tuple[Source, ...], tuple[Source, ...]] = {}
         # Routes touched and not yet compared, with what touched them (in order).
         self._pending: dict[str, Cause] = {}
         # Recording spread over turns holds the collector's automatic runs (see heap).
@@ -257,7 +262,6 @@ class ChangeLog:
         # the items are the same bytes (what a caller's `list` is asked about moved).
         self._moved: set[str] = set()
         self._scheduled = False
-        self._mark_seqs: list[int] = []
         self._dropped_upto = -1  # the last sequence of the newest mark dropped
         self.histories: dict[tuple[str, str | None], History] = {}
         # What was last published, per view anyone has watched: route -> /config item.
@@ -288,10 +292,35 @@ class ChangeLog:
             # so it names nothing another replica could resume from.
             return tuple((s, 0, 0) for s, _, _ in self._positions())
         at = bisect.bisect_left(self._mark_seqs, seq)
-        if at == len(self._marks):
+        if at == len(self._mark_seqs):
             return self._positions()
-        _, after, inside, lasts = self._marks[at]
-        return after if seq in lasts else inside
+        return self._marked(at, seq)
+
+    def _marked(self, at: int, seq: int) -> Vector:
+        """Mark `at`'s vector for `seq`, one of its publication's: the informers' versions
+        after it for the last change of a view, else the one inside it (see _mark)."""
+        data, sources, last = self._mark_data, self._mark_sources[at], self._mark_seqs[at]
+        pos = self._mark_at[at]
+        after = []
+        for source in sources:
+            value, pos = _unvarint(data, pos)
+            held, pos = _unvarint(data, pos)
+            after.append((source, _unzigzag(value), _unzigzag(held)))
+        differs = data[pos]
+        pos += 1
+        inside = after
+        if differs:
+            inside = []
+            for source in sources:
+                value, pos = _unvarint(data, pos)
+                held, pos = _unvarint(data, pos)
+                inside.append((source, _unzigzag(value), _unzigzag(held)))
+        count, pos = _unvarint(data, pos)
+        for _ in range(count):
+            back, pos = _unvarint(data, pos)
+            if last - back == seq:
+                return tuple(after)
+        return tuple(inside)
 
     def revision(self, seq: int, floor: Floor | None = None) -> str:
         """The revision of a stream's position `seq`. A stream resumed from another
@@ -701,29 +730,41 @@ class ChangeLog:
     def _mark(self, lasts: tuple[int, ...], lowest: dict[Source, int]) -> None:
         # A position inside the chunk (not the last of its view) stands before every cause
         # the chunk holds: a stream cut there has not written the rest.
-        # Kept as long as the changes they mark: the informers that did not move share their
-        # triples with the marks before, and a chunk's two vectors one tuple where they agree.
-        shared = _SHARED_POSITIONS
-        vector = tuple(shared.setdefault(p, p) for p in self._positions())
+        # Kept as long as the changes they mark, as varints in one buffer (see _marked): the
+        # vector after it, whether the one inside differs and then that one, and the
+        # publication's last change of each view (counted back from its last sequence).
+        vector = self._positions()
         inside = tuple(
-            shared.setdefault(p, p)
-            for p in (
-                (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held)
-                for s, v, held in vector
-            )
+            (s, min(v, lowest[s] - 1), 0) if s in lowest else (s, v, held) for s, v, held in vector
         )
-        if inside == vector:
-            inside = vector
-        self._marks.append((self.seq, vector, inside, lasts))
+        sources = tuple(s for s, _, _ in vector)
+        data = self._mark_data
         self._mark_seqs.append(self.seq)
-        if len(self._marks) > 4096 and self.histories:
+        self._mark_at.append(len(data))
+        self._mark_sources.append(self._sources.setdefault(sources, sources))
+        for _, value, held in vector:
+            _varint(data, _zigzag(value))
+            _varint(data, _zigzag(held))
+        data.append(inside != vector)
+        if inside != vector:
+            for _, value, held in inside:
+                _varint(data, _zigzag(value))
+                _varint(data, _zigzag(held))
+        _varint(data, len(lasts))
+        for last in lasts:
+            _varint(data, self.seq - last)
+        if len(self._mark_seqs) > 4096 and self.histories:
             # Marks older than every history's floor can no longer be asked for.
             floor = min(h.floor for h in self.histories.values())
             drop = bisect.bisect_left(self._mark_seqs, floor)
-            if drop > len(self._marks) // 2:
+            if drop > len(self._mark_seqs) // 2:
                 self._dropped_upto = self._mark_seqs[drop - 1]
-                del self._marks[:drop]
+                start = self._mark_at[drop]
                 del self._mark_seqs[:drop]
+                del self._mark_sources[:drop]
+                del data[:start]
+                self._mark_at = array("q", (at - start for at in self._mark_at[drop:]))
+                self._sources = {s: s for s in self._mark_sources}
 
 
 def versions_of(floor: Floor) -> dict[Source, int]:
@@ -747,7 +788,16 @@ def _varint(out: bytearray, value: int) -> None:
             return
 
 
-def _unvarint(data: bytes, at: int) -> tuple[int, int]:
+def _zigzag(value: int) -> int:
+    """A varint's value for any integer (a version before the first is -1)."""
+    return value << 1 if value >= 0 else (-value << 1) - 1
+
+
+def _unzigzag(value: int) -> int:
+    return value >> 1 if not value & 1 else -((value + 1) >> 1)
+
+
+def _unvarint(data: bytes | bytearray, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = data[at]

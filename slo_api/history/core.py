@@ -24,9 +24,11 @@ state the write was made on (the caller's part from there, see Mine.split), and 
 the same version made from consecutive states (by a replica that saw them) replaces it. A read
 waits only for this replica's own writes.
 
-Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py): kept in
-memory per CR for the write guard (`remembered`), and read back from the newest revision after
-a restart for the CRs that carry a GitOps marker.
+Beside each change, the GitOps owners in effect after it (see slo_api/ownership.py), for the
+write guard (`remembered`): those the last state's managedFields name are read from the
+index's entry of it again when asked; only the rest, owners whose field another manager took
+(which no state names), are kept in memory per CR. They are read back from the newest revision
+after a restart for the CRs that carry a GitOps marker.
 
 History kept by earlier versions in ConfigMaps is carried over into revisions once, and read
 beside them until then (see legacy.py).
@@ -37,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -66,10 +70,10 @@ from slo_api.history.revisions import (
     order,
     owners_of,
 )
-from slo_api.index import Entry, Name, exact, resource_version, uid_of
+from slo_api.index import Entry, Name, exact, group_of, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, log_failure
-from slo_api.managed_fields import Stamps, last_changed, stamps, without_managed_fields
+from slo_api.managed_fields import Fact, Stamps, last_changed, stamps, without_managed_fields
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Target
@@ -87,6 +91,9 @@ FIRSTS_AT_ONCE = 1000
 SEEDS_AT_ONCE = 4
 # Distinct GitOps owners shared among the CRs that remember them (see History._keep).
 OWNERS_SHARED = 4096
+# Bytes that tell a state's JSON still holds managedFields (the index keeps them apart as
+# facts: see Entry.managed, unless they would not give the same entries back).
+_MANAGED_KEY = b'"managedFields"'
 # A CR's GitOps owners as the history keeps them (see History._keep).
 Kept = tuple[Owner, ...]
 
@@ -96,8 +103,8 @@ def _now() -> str:
 
 
 def _encoded(fields: dict[str, Any]) -> bytes | dict[str, Any]:
-    """Client-owned fields as a CR's last state seen keeps them: their JSON, a fraction of
-    what the decoded values cost (kept for every CR); the values themselves should one not
+    """Client-owned fields as a state observed without the index's entry keeps them: their
+    JSON, a fraction of what the decoded values cost; the values themselves should one not
     encode (an integer beyond 64 bits)."""
     try:
         return exact(orjson.dumps(fields))
@@ -105,11 +112,31 @@ def _encoded(fields: dict[str, Any]) -> bytes | dict[str, Any]:
         return fields
 
 
+# The digest of a state first seen in a list, its fields not read yet (a digest is never < 0),
+# and not looked at (see History._first_sight) either; LOOKED: looked at since.
+UNREAD = -1
+LOOKED = -2
+# The digest's key: without it nobody can make two values of a CR's client-owned fields that
+# digest alike (a change the history would then skip as none); it never leaves the process.
+_DIGEST_KEY = os.urandom(16)
+
+
+def _digest(encoded: bytes | dict[str, Any]) -> int | None:
+    """What tells two states' client-owned fields (see _encoded) apart without keeping them:
+    7 bytes, an int of 32 bytes where their JSON took hundreds; None for fields that do not
+    encode (then they are always compared)."""
+    if not isinstance(encoded, bytes):
+        return None
+    return int.from_bytes(blake2b(encoded, key=_DIGEST_KEY, digest_size=7).digest())
+
+
 @dataclass(slots=True)
 class _Seen:
-    """The last state the informers observed of one CR (per API group): enough to diff. A
-    state first seen in a list is kept as the index's entry (shared, not copied) and decoded
-    only when the CR changes: a list of 100,000 CRs decodes none of them here."""
+    """The last state the informers observed of one CR (per API group): enough to diff.
+
+    The state is the index's entry of it, shared, not copied: decoded only when the CR's
+    client-owned fields changed (a list of 100,000 CRs decodes none of them here, a status
+    update none either)."""
 
     uid: str | None
     # The version as its source gives it (the index's entry's, or the object's
@@ -117,23 +144,40 @@ class _Seen:
     rv: int | str | None
     # metadata.generation (None: not known, a state first seen in a list).
     gen: int | None
-    entry: Entry | None
-    # The client-owned fields (see _encoded); None: not read yet (`entry` holds them).
-    fields: bytes | dict[str, Any] | None
+    # The index's entry; a state observed without one (not through an index): its
+    # client-owned fields (see _encoded).
+    state: Entry | bytes | dict[str, Any]
+    # The client-owned fields' digest (see _digest); UNREAD or LOOKED: not read yet; None:
+    # fields that do not encode.
+    digest: int | None
     # When each manager last changed it (None: only the newest of them, `last`, is known: the
     # index's copy keeps no managedFields but the GitOps tools').
     managers: Stamps | None
-    last: tuple[float, tuple[str, ...]]
+    # The newest of them and the entries stamped then; None: the entry's (`state`).
+    last: tuple[float, tuple[str, ...]] | None
+
+    def stamped(self) -> tuple[float, tuple[str, ...]]:
+        """When the state was last changed, and the managedFields entries stamped then."""
+        if self.last is not None:
+            return self.last
+        state = self.state
+        return (state.stamp, state.latest) if isinstance(state, Entry) else (0.0, ())
 
     def decoded(self, kind: Kind) -> dict[str, Any]:
-        if self.fields is None:
-            fields = owned_fields(kind, self.entry.obj() if self.entry is not None else {})
-            self.fields, self.entry = _encoded(fields), None
-            return fields
-        if isinstance(self.fields, bytes):
-            decoded: dict[str, Any] = orjson.loads(self.fields)
+        state = self.state
+        if isinstance(state, Entry):
+            return owned_fields(kind, state.obj())
+        if isinstance(state, bytes):
+            decoded: dict[str, Any] = orjson.loads(state)
             return decoded
-        return self.fields
+        return state
+
+
+def _managed(entry: Entry) -> tuple[Fact, ...] | None:
+    """The entry's managedFields as facts (see Entry.managed); None when they are in its JSON."""
+    if entry.managed or _MANAGED_KEY not in entry.json():
+        return entry.managed
+    return None
 
 
 def _namespace(obj: Obj) -> str:
@@ -158,10 +202,12 @@ class History:
         self.ownership = ownership or Ownership()
         # How long a change made through slo-api is left to the replica that made it.
         self.grace = kube.timeout if grace is None else grace
-        self._seen: dict[tuple[str, str, Name], _Seen] = {}
+        # Per (plural, API group), then per CR: a key tuple per CR would cost 64 bytes each.
+        self._seen: dict[tuple[str, str], dict[Name, _Seen]] = {}
         self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
         self._by: BoundedDict[str, Who] = BoundedDict(BY_KEPT)
-        # The GitOps owners in effect after the newest change observed, per CR uid (see _keep).
+        # Per CR uid, of the GitOps owners in effect after the newest change observed, those
+        # its last state does not name (see _keep).
         self._remembered: dict[str, Kept] = {}
         self._shared: BoundedDict[Owner, Owner] = BoundedDict(OWNERS_SHARED)
         # Per CR uid: recordings of this replica's own writes under way (a read on this
@@ -185,7 +231,7 @@ class History:
         # as the index keeps it (its entry, or that encoded: see _pending).
         self._seeding: dict[str, Entry | bytes] = {}
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
-        self._firsts: list[Entry] = []
+        self._firsts: list[_Seen] = []
         self._firsts_task: asyncio.Task[None] | None = None
         self.revisions = Revisions(kube, limit, self.metrics, pause)
         self.legacy = Legacy(kube, self.kinds, self.revisions)
@@ -251,28 +297,68 @@ class History:
     def remembered(self, obj: Obj) -> Mapping[str, Owner]:
         """The GitOps owners in effect for the CR after its newest observed change."""
         uid = uid_of(obj)
-        return self._owners(uid) or {} if uid else {}
+        if not uid:
+            return {}
+        seen = self._last_seen(obj, uid)
+        if seen is None:
+            return self._owners(uid) or {}
+        same = str(seen.rv) == resource_version(obj)
+        return self._in_effect(seen, uid, obj if same else None) or {}
+
+    def _last_seen(self, obj: Obj, uid: str) -> _Seen | None:
+        """The last state observed of the CR `obj` is a copy of (any version), if any."""
+        group, meta = group_of(obj), obj.get("metadata") or {}
+        name = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        for (_, g), seens in self._seen.items():
+            seen = seens.get(name) if g == group else None
+            if seen is not None and seen.uid == uid:
+                return seen
+        return None
 
     def _owners(self, uid: str) -> dict[str, Owner] | None:
         kept = self._remembered.get(uid)
         return None if kept is None else {owner.field: owner for owner in kept}
 
-    def _keep(self, uid: str, owners: Mapping[str, Owner]) -> None:
-        """Remember a CR's GitOps owners: a tuple, each owner shared with every CR that has
-        the same one (a tool applies many CRs within a second), not a dict of copies per CR."""
+    def _in_effect(self, seen: _Seen, uid: str, obj: Obj | None = None) -> dict[str, Owner] | None:
+        """The GitOps owners in effect after the state `seen` of CR `uid` (`obj`: that state
+        decoded, if at hand): those kept, with those its managedFields name (see _keep); None
+        when nothing is known of them (a state first seen in a list, not looked at yet)."""
+        kept = self._owners(uid)
+        state = seen.state
+        if not isinstance(state, Entry) or seen.digest == UNREAD:
+            return kept
+        if obj is None:
+            if not kept and _managed(state) == ():
+                return {}
+            obj = state.obj()
+        return self.ownership.owners(obj, kept or {})
+
+    def _keep(self, uid: str, owners: Mapping[str, Owner], state: object) -> None:
+        """Remember what no state says of a CR's GitOps owners (in effect after `state`, as
+        the history keeps it): with the index's entry of the state, only the owners whose
+        field another manager took (`Owner.remembered`: its managedFields name the rest, read
+        again when asked); else all of them. A tuple, each owner shared with every CR that has
+        the same one (a tool applies many CRs within a second), not a dict of copies per CR;
+        nothing at all for most CRs."""
+        every = not isinstance(state, Entry)
         shared = self._shared
         kept = []
         for owner in owners.values():
+            if not (every or owner.remembered):
+                continue
             found = shared.get(owner)
             if found is None:
                 found = shared[owner] = owner
             kept.append(found)
-        self._remembered[uid] = tuple(kept)
+        if kept:
+            self._remembered[uid] = tuple(kept)
+        else:
+            self._remembered.pop(uid, None)
 
-    def _pending(self, obj: Obj) -> bytes:
-        """A state kept while a seed is under way: as the index keeps it (trimmed: what the
-        ownership rules read), encoded."""
-        return exact(orjson.dumps(self.ownership.trim(obj)))
+    def _pending(self, obj: Obj, entry: Entry | None) -> Entry | bytes:
+        """A state kept while a seed is under way: the index's entry of it (trimmed: what the
+        ownership rules read); without one, the object trimmed alike, encoded."""
+        return entry if entry is not None else exact(orjson.dumps(self.ownership.trim(obj)))
 
     def _owners_after(
         self, before: Mapping[str, Owner], old: Obj | None, new: Obj
@@ -282,21 +368,51 @@ class History:
         # again (`before` is what was in effect after the previous observed state).
         return self.ownership.carry(before, old, new)
 
+    def _owners_since(self, prev: _Seen | None, uid: str, new: Obj) -> dict[str, Owner]:
+        """The owners in effect after the state `new` of CR `uid`, the one after `prev`."""
+        if prev is None or prev.uid != uid:
+            return self._owners_after({}, None, new)
+        state = prev.state
+        kept = self._owners(uid) or {}
+        if not isinstance(state, Entry) or prev.digest == UNREAD:
+            return self._owners_after(kept, None, new)
+        # The owners `prev`'s managedFields name matter only for a field no GitOps manager
+        # holds in `new` (a forced write or a kubectl edit took it): most changes leave every
+        # such field where it was, and `prev` is not decoded for them.
+        owners = self._owners_after(kept, None, new)
+        named = {f for f, owner in owners.items() if not owner.remembered}
+        managed = _managed(state)
+        if managed is not None and self.ownership.held(managed) <= named:
+            return owners
+        return self._owners_after(kept, state.obj(), new)
+
     # -- observing -------------------------------------------------------------------------
 
-    def observe(self, plural: str, group: str, name: Name, state: Obj | Entry | None) -> None:
+    def observe(
+        self,
+        plural: str,
+        group: str,
+        name: Name,
+        state: Obj | Entry | None,
+        entry: Entry | None = None,
+    ) -> None:
         """The index's observer: a state the informers saw (an event or a relist's), or None
-        when the CR is gone."""
+        when the CR is gone; and the index's entry of it, kept rather than a copy."""
         kind = self.kinds.get(plural)
         if kind is None:
             return
-        key = (plural, group, name)
+        seens = self._seen.get((plural, group))
+        if seens is None:
+            seens = self._seen[(plural, group)] = {}
         if state is None:
-            seen = self._seen.pop(key, None)
-            if seen is not None and seen.uid:
-                self._forget(seen.uid)
+            seen = seens.pop(name, None)
+            if seen is not None:
+                if seen.digest == UNREAD:
+                    seen.digest = LOOKED  # gone: nothing to look at (see _look_at_firsts)
+                if seen.uid:
+                    self._forget(seen.uid)
             return
-        prev = self._seen.get(key)
+        prev = seens.get(name)
         if isinstance(state, Entry):
             if (
                 prev is not None
@@ -306,13 +422,15 @@ class History:
             ):
                 return  # a relist's copy of what was seen: nothing to decode
             if prev is None or prev.uid != state.uid:
-                if prev is not None and prev.uid:
-                    self._forget(prev.uid)  # re-created while the watch was away
-                last = (state.stamp, state.latest)
-                self._seen[key] = _Seen(state.uid, state.rv, None, state, None, None, last)
-                self._first_sight(state)
+                if prev is not None:
+                    if prev.digest == UNREAD:
+                        prev.digest = LOOKED  # gone (see _look_at_firsts)
+                    if prev.uid:
+                        self._forget(prev.uid)  # re-created while the watch was away
+                seen = seens[name] = _Seen(state.uid, state.rv, None, state, UNREAD, None, None)
+                self._first_sight(seen)
                 return
-            obj = state.obj()
+            obj, entry = state.obj(), state
         else:
             obj = state
         uid, gen = uid_of(obj), generation(obj)
@@ -323,52 +441,57 @@ class History:
                 return  # older than what was seen (a late event)
         fields = owned_fields(kind, obj)
         encoded = _encoded(fields)
+        digest = _digest(encoded)
+        kept = entry if entry is not None else encoded
+        # The newest stamp: the entry's where there is one (it read the same managedFields).
+        last = None if entry is not None else last_changed(obj)
         if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            last = (state.stamp, state.latest)
-            self._seen[key] = _Seen(uid, state.rv, gen, None, encoded, None, last)
+            seens[name] = _Seen(uid, state.rv, gen, kept, digest, None, last)
         else:
             rv = resource_version(obj)
-            self._seen[key] = _Seen(uid, rv, gen, None, encoded, stamps(obj), last_changed(obj))
+            seens[name] = _Seen(uid, rv, gen, kept, digest, stamps(obj), last)
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
             self._forget(prev.uid)
         if uid in self._seeding:
-            self._seeding[uid] = self._pending(obj)
+            self._seeding[uid] = self._pending(obj, entry)
         if uid in self._unseen:
             self._arrived(uid, gen)
         if gen is not None and prev is not None:  # a change, not a first sight
             self._reached.pop(uid, None)
             self._reached[uid] = gen
-        before = self._owners(uid)
-        owners = self._owners_after(before or {}, None, obj)
-        if owners or before:
-            self._keep(uid, owners)
+        known = uid in self._remembered
+        owners = self._owners_since(prev, uid, obj)
+        self._keep(uid, owners, kept)
         if prev is None or prev.uid != uid:
             # First seen here (a start, or a re-created CR): nothing to diff with. A CR at
             # generation 1 was seen from its creation on: no change of it is stored yet, so
             # there is nothing to read back (and its first change need not wait to name owners).
-            if before is None and gen != 1 and self.enabled and self.ownership.markers(obj):
-                self._start_seed(self._pending(obj), uid, _namespace(obj))
+            if not known and gen != 1 and self.enabled and self.ownership.markers(obj):
+                self._start_seed(self._pending(obj, entry), uid, _namespace(obj))
             return
         if (
-            prev.entry is not None  # first seen in a list, and not looked at since
-            and before is None
+            prev.digest == UNREAD  # first seen in a list, and not looked at since
             and uid not in self._seeding
             and self.enabled
             and self.ownership.markers(obj)
         ):
-            self._start_seed(self._pending(obj), uid, _namespace(obj))
+            self._start_seed(self._pending(obj, entry), uid, _namespace(obj))
+        if prev.digest == UNREAD:
+            prev.digest = LOOKED  # looked at now: not again (see _look_at_firsts)
         # Until its seed is in, this replica does not know the owners in effect: it says
         # nothing of them rather than that there are none.
         recorded = None if uid in self._seeding else owners
-        if prev.fields is not None and prev.fields == encoded:
+        if digest is not None and prev.digest == digest:
             return  # nothing client-owned changed (a status update): nothing to decode
         old = prev.decoded(kind)
         changes = diff(kind, old, fields)
         if not changes:
             return
-        manager, when = changed_by(prev.managers, prev.last, obj, [c["field"] for c in changes])
+        manager, when = changed_by(
+            prev.managers, prev.stamped(), obj, [c["field"] for c in changes]
+        )
         gap = state_digest(old) if isinstance(state, Entry) else None
         # Without managedFields (most of a decoded CR): the recording may wait on the API
         # server, and a start or a busy GitOps sync has many under way.
@@ -414,7 +537,7 @@ class History:
         self._seeding.pop(uid, None)
         self._arrived(uid, None)
 
-    def _first_sight(self, entry: Entry) -> None:
+    def _first_sight(self, seen: _Seen) -> None:
         """A CR first seen in a list: its GitOps owners, and for a CR with a GitOps marker
         those its newest revision remembers, are looked at in the background, `FIRSTS_AT_ONCE`
         a turn of the loop (a list of 100,000 CRs must not stall it)."""
@@ -422,20 +545,23 @@ class History:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # an index filled outside a running service: nothing to look up
-        self._firsts.append(entry)
+        self._firsts.append(seen)
         if self._firsts_task is None or self._firsts_task.done():
             self._firsts_task = loop.create_task(self._look_at_firsts())
 
     async def _look_at_firsts(self) -> None:
         while self._firsts:
             batch, self._firsts = self._firsts[:FIRSTS_AT_ONCE], self._firsts[FIRSTS_AT_ONCE:]
-            for entry in batch:
-                if entry.uid is None or entry.uid in self._remembered or entry.uid in self._seeding:
+            for seen in batch:
+                entry = seen.state
+                if seen.digest != UNREAD or not isinstance(entry, Entry) or entry.uid is None:
                     continue  # gone or changed since: what was seen then is newer
+                # From now on its owners are those its managedFields name (see _in_effect):
+                # none is kept, as no other manager took a field from a tool yet.
+                seen.digest = LOOKED
+                if entry.uid in self._seeding:
+                    continue
                 obj = entry.obj()
-                owners = self._owners_after({}, None, obj)
-                if owners:
-                    self._keep(entry.uid, owners)
                 if self.enabled and self.ownership.markers(obj):
                     # The index's entry, shared, not the decoded object: a start seeds every
                     # marked CR, a few at a time.
@@ -555,12 +681,10 @@ class History:
             told = [e for e in entries if isinstance(e.get("owners"), dict)]
             newest = max(told, key=order, default=None)
             seeded = owners_of(newest) if newest is not None else {}
+            # Those in effect now win: of them, what `current` names is named again below.
             merged = {**seeded, **(self._owners(uid) or {})}
             owners = self._owners_after(merged, None, current)
-            if owners:
-                self._keep(uid, owners)
-            else:
-                self._remembered.pop(uid, None)
+            self._keep(uid, owners, held)
         finally:
             self._seeding.pop(uid, None)
 

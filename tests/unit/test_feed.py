@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import inspect
+import tracemalloc
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 from slo_api.errors import ApiError
 from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.feed import flusher as flusher_module
+from slo_api.feed.history import ChangeLog
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
@@ -1124,3 +1128,40 @@ async def test_a_line_sent_before_a_resumed_stream_caught_up_resumes_without_old
     assert again.changes() in ([], [("MODIFIED", "chat")])  # a resume may repeat its change
     for r in (*readers, resumed, again):
         await r.stop()
+
+
+def test_a_publications_mark_costs_a_few_dozen_bytes_and_resolves_as_published() -> None:
+    # Each change its own publication (the watch's usual pace): the mark that tells where
+    # the informers were after it is kept as long as the change is, for every change.
+    feed = make_feed()
+    log = feed.log
+    lines, first = inspect.getsourcelines(ChangeLog._mark)
+    last = first + len(lines)
+
+    def in_mark(trace: tracemalloc.Trace) -> bool:
+        return any(
+            f.filename.endswith("feed/history.py") and first <= f.lineno < last
+            for f in trace.traceback
+        )
+
+    feed.index.reached(JOB, GROUP, None, "5")  # a second informer, that does not move
+    for i in range(100):  # what grows in steps has grown some
+        event([feed], cr("a", f"n{i}", f"r{i}", rv=10 + i))
+    tracemalloc.start(8)
+    gc.collect()  # empties the free lists too: what a freed tuple left there is not kept
+    before = tracemalloc.take_snapshot()
+    published: dict[int, Any] = {}
+    changes = 1000
+    for i in range(changes):
+        event([feed], cr("a", f"n{i % 100}", f"r{i % 100}", rv=200 + i, priority=i + 1))
+        published[log.seq] = log.vector(log.seq)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    held = sum(t.size for t in after.traces if in_mark(t)) - sum(
+        t.size for t in before.traces if in_mark(t)
+    )
+    assert len(published) == changes
+    assert all(len(vector) == 2 for vector in published.values())
+    assert all(log.vector(seq) == vector for seq, vector in published.items())
+    assert held / changes < 64, held / changes

@@ -268,14 +268,16 @@ def test_a_relist_records_the_difference_once_and_a_late_event_nothing() -> None
 
 def test_the_index_tells_observed_states_and_never_a_writes_answer() -> None:
     index = Service.index_for([LLM])
-    seen: list[tuple[str, Any]] = []
+    seen: list[tuple[str, Any, Any]] = []
     index.on_observed(
-        lambda plural, group, name, state: seen.append(
+        lambda plural, group, name, state, entry: seen.append(
             (
                 name[1],
                 None
                 if state is None
                 else (state.obj() if isinstance(state, Entry) else state)["spec"]["priority"],
+                # The index's entry of the state told, beside it.
+                None if entry is None else entry.obj()["spec"]["priority"],
             )
         )
     )
@@ -283,7 +285,7 @@ def test_the_index_tells_observed_states_and_never_a_writes_answer() -> None:
     assert index.write_through(PLURAL, _state(6, [], priority=2))
     index.upsert(PLURAL, _state(6, [], priority=2))
     index.delete(PLURAL, _state(7, []))
-    assert seen == [("cr-1", 1), ("cr-1", 2), ("cr-1", None)]
+    assert seen == [("cr-1", 1, 1), ("cr-1", 2, 2), ("cr-1", None, None)]
 
 
 def test_a_recreated_cr_starts_a_fresh_history_that_the_old_one_never_touches() -> None:

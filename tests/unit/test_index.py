@@ -433,3 +433,17 @@ def test_unaddressable_routes_are_neither_listed_nor_claimed() -> None:
     assert index.claims("fixed") == []
     index.replace(LLM, [cr("ns", "bad-0", "r" * 254, rv=12), cr("ns", "ok", "ok", rv=13)])
     assert index.routes() == ["ok"]
+
+
+def test_changes_from_one_informer_name_it_with_one_shared_tuple() -> None:
+    index = make_index()
+    causes: list[Any] = []
+    index.subscribe(lambda routes: causes.append(index.cause))
+    index.reached(LLM, "", None, "5")
+    for i in range(3):
+        index.upsert(LLM, cr("ns", f"n{i}", f"r{i}", rv=6 + i), "")
+    sources = [cause[0] for cause in causes]
+    assert sources == [(LLM, "", "")] * 3
+    # The change log keeps each change's source: one tuple for all, not one per change.
+    assert sources[1] is sources[0]
+    assert sources[2] is sources[0]
