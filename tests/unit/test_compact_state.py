@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from slo_api.history import History
+from slo_api.index import CRIndex
 from slo_api.kinds.llm import LLMKind
 from slo_api.kube import Resource
 from slo_api.managed_fields import stamps
@@ -89,6 +90,14 @@ def reference_owners(ownership: Ownership, chain: list[dict[str, Any]]) -> dict[
     return owners
 
 
+def _index_with_history(kube: FakeKube, ownership: Ownership) -> tuple[CRIndex, History]:
+    """An index and the history observing it, wired as the runtime wires them."""
+    index = Service.index_for([LLM], ownership)
+    history = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
+    index.on_observed(history.observe)
+    return index, history
+
+
 def test_the_index_gives_back_the_managed_fields_its_trim_kept() -> None:
     ownership = Ownership()
     index = Service.index_for([LLM], ownership)
@@ -134,9 +143,7 @@ def test_the_history_kept_compactly_names_what_the_full_objects_name() -> None:
         chain = states()
         expected = reference_owners(ownership, chain)
         assert expected["priority"].overridden_by == "kubectl-edit"
-        index = Service.index_for([LLM], ownership)
-        watched = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
-        index.on_observed(watched.observe)
+        index, watched = _index_with_history(kube, ownership)
         for obj in chain:
             index.upsert(PLURAL, obj)
         await watched.close()
@@ -155,9 +162,7 @@ def test_the_history_kept_compactly_names_what_the_full_objects_name() -> None:
         }
         # A replica started after lists the CR (the index's trimmed copy) and reads its
         # newest revision back: the same owners.
-        fresh_index = Service.index_for([LLM], ownership)
-        started_after = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
-        fresh_index.on_observed(started_after.observe)
+        fresh_index, started_after = _index_with_history(kube, ownership)
         fresh_index.replace(PLURAL, [fresh_index.entry(PLURAL, chain[-1])], GROUP)
         await until(lambda: bool(started_after.remembered(chain[-1])), "looked at")
         await started_after.close()  # its seed read back too
@@ -173,9 +178,7 @@ def _history_bytes_per_cr(ttft_thresholds: int) -> float:
     async def scenario() -> float:
         kube = FakeKube()
         ownership = Ownership()
-        index = Service.index_for([LLM], ownership)
-        history = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
-        index.on_observed(history.observe)
+        index, history = _index_with_history(kube, ownership)
         metrics = [{"type": "p90", "threshold": 0.5 + i / 1000} for i in range(ttft_thresholds)]
         crs = 100
         gc.collect()
@@ -256,9 +259,7 @@ def _history_bytes_per_edited_cr(gitops: bool, override: bool) -> float:
     async def scenario() -> float:
         kube = FakeKube()
         ownership = Ownership()
-        index = Service.index_for([LLM], ownership)
-        history = History(kube, [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
-        index.on_observed(history.observe)
+        index, history = _index_with_history(kube, ownership)
         crs = 50
         tracemalloc.start(16)
         for i in range(2 * crs):
@@ -313,9 +314,7 @@ def test_the_owners_asked_with_a_newer_copy_are_those_after_the_last_state_seen(
     async def scenario() -> None:
         ownership = Ownership()
         applied, status, edited = states()
-        index = Service.index_for([LLM], ownership)
-        history = History(FakeKube(), [LLM], 20, ownership=ownership, grace=5.0)  # type: ignore[arg-type]
-        index.on_observed(history.observe)
+        index, history = _index_with_history(FakeKube(), ownership)
         for obj in (applied, status):
             index.upsert(PLURAL, obj)
         remembered = history.remembered(edited)

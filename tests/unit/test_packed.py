@@ -16,10 +16,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.fleet import llm
 from slo_api import index as index_module
 from slo_api.index import CRIndex, IndexedKind, slim
 from slo_api.packed import DICTIONARY_BYTES
+from tests.unit.test_index_memory import served
 
 Obj = dict[str, Any]
 LLM = "llmslorequirements"
@@ -46,14 +46,8 @@ def cr(name: str, payload: Any = None, *, rv: int = 1, **meta: Any) -> Obj:
 
 
 def typical(i: int) -> Obj:
-    obj = llm(i)
-    obj["metadata"] |= {
-        "uid": f"{i:08d}-0000-4000-8000-{i:012d}",
-        "resourceVersion": str(100_000 + i),
-        "generation": 1,
-        "creationTimestamp": "2026-12-01T00:00:00Z",
-    }
-    return obj
+    """An LLM CR as the API server returns it, without managedFields."""
+    return slim(served(i))
 
 
 json_values = st.recursive(
