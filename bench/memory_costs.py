@@ -6,8 +6,9 @@ history on, the summary view followed as it always is) are fed the states of N L
 (server-side, its tracking annotation), status written by an operator, one client-owned
 field changed with kubectl edit. Two ways, as that bench measures two replicas:
 
-- **watched**: each CR's three states arrive as watch events (a revision is recorded for the
-  edit; the API server here takes every revision and lists none);
+- **watched**: each CR's three states arrive as watch events, each decoded anew as the
+  informer's are, its strings its own (a revision is recorded for the edit; the API server
+  here takes every revision and lists none);
 - **started after**: the edited states arrive as a list (the index's entries), and every
   marked CR's seed reads back no revision.
 
@@ -25,6 +26,8 @@ import copy
 import gc
 import tracemalloc
 from typing import Any
+
+import orjson
 
 from bench.memory import status_of
 from controlplane.fleet import NAMESPACE, llm
@@ -148,10 +151,13 @@ async def measure(crs: int, mode: str, top: int) -> dict[str, Any]:
     if mode == "watched":
         for i in range(crs):
             for state in states(i):
-                index.upsert(PLURAL, state, GROUP)  # as its informer does
+                index.upsert(PLURAL, orjson.loads(orjson.dumps(state)), GROUP)
             await asyncio.sleep(0)
     else:
-        listed = [index.entry(PLURAL, states(i)[-1], GROUP) for i in range(crs)]
+        listed = [
+            index.entry(PLURAL, orjson.loads(orjson.dumps(states(i)[-1])), GROUP)
+            for i in range(crs)
+        ]
         index.replace(PLURAL, listed, GROUP)
         del listed
     for _ in range(100):  # what the history and the change log do in the background

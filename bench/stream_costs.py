@@ -25,7 +25,7 @@ import tracemalloc
 from typing import Any
 
 from slo_api.feed import Feed
-from slo_api.feed.history import Change, History
+from slo_api.feed.history import Change, History, More
 from slo_api.kinds import build_kinds
 from slo_api.metrics import Metrics
 from slo_api.service import Service
@@ -105,11 +105,12 @@ def history_bytes_per_change(changes: int) -> float:
     owners = (("llm", "ns1", GROUP),)
     source = (LLM, GROUP, "")
     history = History("summary", None, 0, 1 << 40)
+    more = More(None, shared=True)  # what the log gives every change that is not framed yet
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(changes):
-        change = Change(i + 1, routes[i], items[i - 1], items[i], owners, owners, source, i)
+        change = Change(i + 1, routes[i], items[i], owners, owners, source, i, more)
         history.append(change)
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before

@@ -31,6 +31,9 @@ from slo_api.route_names import valid_route
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
+# The CRs claiming a route, as the index keeps them: most routes have one, held as its key (a
+# tuple of one would cost 56 bytes more for each route); several as a tuple of them.
+Claims = Key | tuple[Key, ...]
 Name = tuple[str, str]
 Listener = Callable[[set[str]], None]
 # What one informer follows: (plural, API group, namespace or "" for every namespace).
@@ -164,6 +167,15 @@ def exact(data: bytes) -> bytes:
     returns; kept for each of 100,000 routes that is 400 MiB where the lines need 20.
     """
     return memoryview(data).tobytes()
+
+
+def _keys(claims: Claims | None) -> tuple[Key, ...]:
+    """A route's claims as a tuple of keys (see Claims)."""
+    if not claims:
+        return ()
+    if isinstance(claims[0], str):
+        return (claims,)
+    return claims
 
 
 def group_of(obj: Obj) -> str:
@@ -327,7 +339,7 @@ class CRIndex:
         # a CR under one group has just its shown copy.
         self._copies: dict[str, dict[Name, dict[str, Entry]]] = {p: {} for p in self.kinds}
         # Claims as tuples: a set per route would cost more than most CRs' own keys.
-        self._claims: dict[str, tuple[Key, ...]] = {}
+        self._claims: dict[str, Claims] = {}
         # Frozen sets, like the claims' tuples: a copy of the index (see _aside) shares them.
         self._members: dict[tuple[str, str], frozenset[Key]] = {}
         self._all = _SortedNames()
@@ -435,7 +447,7 @@ class CRIndex:
         """The (plural, object) pairs that claim a route, in a stable order."""
         return [
             (plural, self._objects[plural][(ns, name)].obj())
-            for plural, ns, name in sorted(self._claims.get(route, ()))
+            for plural, ns, name in sorted(_keys(self._claims.get(route)))
         ]
 
     def claimed_in(self, route: str) -> list[tuple[str, str, str]]:
@@ -444,12 +456,12 @@ class CRIndex:
         objects = self._objects
         return [
             (plural, ns, objects[plural][(ns, name)].group)
-            for plural, ns, name in sorted(self._claims.get(route, ()))
+            for plural, ns, name in sorted(_keys(self._claims.get(route)))
         ]
 
     def claimants(self, route: str) -> tuple[Key, ...]:
         """The (plural, namespace, name) of each CR claiming a route, in no order."""
-        return self._claims.get(route, ())
+        return _keys(self._claims.get(route))
 
     def placed(self, plural: str) -> Iterator[tuple[str, str, str]]:
         """(namespace, API group, route) of every CR of a kind shown, without decoding any."""
@@ -536,6 +548,15 @@ class CRIndex:
         name = _name(obj)
         group = group_of(obj) if group is None else group
         route = kind.route_of(obj)
+        uid = uid_of(obj)
+        # Each event decodes the CR's strings anew: the copy held already gives its own, so
+        # the index, the history and the change log keep one name, uid and route per CR, not
+        # one per version seen.
+        shown = self._objects[plural].get(name)
+        if shown is not None:
+            name = shown.name
+            route = shown.route if shown.route == route else route
+            uid = shown.uid if shown.uid == uid else uid
         managed = _managed_apart(obj)
         rv = rv_number(obj)
         json = orjson.dumps(without_managed_fields(obj) if managed else obj)
@@ -552,7 +573,7 @@ class CRIndex:
             name,
             data,
             group,
-            uid_of(obj),
+            uid,
             rv,
             # Most routes are named as their CR: one string for both.
             name[1] if route == name[1] else route,
@@ -964,9 +985,9 @@ class CRIndex:
         route = entry.route
         # A route the API refuses to address is not listed: /config would offer what 400s.
         if valid_route(route):
-            claims = self._claims.get(route, ())
+            claims = _keys(self._claims.get(route))
             if key not in claims:
-                self._claims[route] = (*claims, key)
+                self._claims[route] = (*claims, key) if claims else key
             self._touched.add(route)
             self._forget(route)
         for member in entry.members:
@@ -978,9 +999,9 @@ class CRIndex:
         route = entry.route
         claims = self._claims.get(route)
         if claims is not None:
-            rest = tuple(k for k in claims if k != key)
+            rest = tuple(k for k in _keys(claims) if k != key)
             if rest:
-                self._claims[route] = rest
+                self._claims[route] = rest[0] if len(rest) == 1 else rest
             else:
                 del self._claims[route]
             self._touched.add(route)
@@ -1016,7 +1037,7 @@ class CRIndex:
             name: ([], []) for name in self._by_kind
         }
         for route in touched:
-            claims = self._claims.get(route)
+            claims = _keys(self._claims.get(route))
             (present if claims else gone).append(route)
             kinds = {self.kinds[p].name for p, _, _ in claims} if claims else set()
             for name, (add, remove) in per_kind.items():

@@ -10,7 +10,6 @@ ownership rules (who owns a field) all read managedFields through these.
 
 from __future__ import annotations
 
-import struct
 import sys
 from collections.abc import Iterable
 from datetime import datetime
@@ -74,42 +73,6 @@ def manager_key(entry: Obj) -> str:
     return sys.intern(f"{entry.get('manager', '')}\0{entry.get('operation', '')}")
 
 
-class Stamps:
-    """When each field manager (and operation) last changed an object: an Update stamps its
-    entry with the time of the change; another manager taking or removing its fields does not.
-
-    Kept for every CR the history has seen, so compact: the managers as one tuple that every
-    CR with the same managers shares, their stamps packed (about 100 bytes, where a dict of
-    three took about 330).
-    """
-
-    __slots__ = ("_keys", "_packed")
-
-    def __init__(self, keys: tuple[str, ...], values: list[int]) -> None:
-        self._keys = _KEYS.setdefault(keys, keys)
-        self._packed = struct.pack(f"<{len(values)}q", *values)
-
-    def get(self, key: str) -> int | None:
-        """The stamp of one manager (`manager_key`); None when it has no entry."""
-        try:
-            at = self._keys.index(key)
-        except ValueError:
-            return None
-        value: int = struct.unpack_from("<q", self._packed, 8 * at)[0]
-        return value
-
-    def items(self) -> list[tuple[str, int]]:
-        return [(k, self.get(k) or 0) for k in self._keys]
-
-
-def stamps(obj: Obj) -> Stamps:
-    """When each field manager (and operation) last changed the object (see Stamps)."""
-    entries = field_entries(obj)
-    # Later entries of one manager win, as a dict built from them would have it.
-    found = {manager_key(e): stamp_of(e.get("time")) for e in entries}
-    return Stamps(tuple(found), list(found.values()))
-
-
 def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
     """The newest `time` among an object's managedFields entries as epoch seconds (0: none),
     and which entries (`manager_key`) carry it."""
@@ -141,7 +104,9 @@ def facts(entries: list[Obj]) -> tuple[Fact, ...] | None:
             return None
         fact: Fact = (manager, operation, time, _FIELDS.setdefault(fields, fields))
         out.append(_FACTS.setdefault(fact, fact))
-    return tuple(out)
+    # The objects a tool applied in the same second hold the very same entries: one tuple.
+    kept = tuple(out)
+    return _KEPT.setdefault(kept, kept)
 
 
 def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
@@ -151,4 +116,4 @@ def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
 
 _FIELDS: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
 _FACTS: BoundedDict[Fact, Fact] = BoundedDict(16_384)
-_KEYS: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
+_KEPT: BoundedDict[tuple[Fact, ...], tuple[Fact, ...]] = BoundedDict(16_384)

@@ -43,6 +43,7 @@ from slo_api import heap
 from slo_api.bounded import BoundedDict
 from slo_api.feed import framing
 from slo_api.index import Source
+from slo_api.packed import Dictionaries, unpack
 from slo_api.service import Allowed, Owners, Service, shown
 
 VIEWS = ("summary", "full")
@@ -53,7 +54,7 @@ Vector = tuple[tuple[Source, int, int], ...]
 # Per informer, the version a resumed stream's revision had reached and 1 + the objects held
 # there (0: not known).
 Floor = dict[Source, tuple[int, int]]
-Cause = tuple[Source, int, bytes | None]  # a change's informer, resourceVersion and `by`
+Cause = tuple[Source, int]  # a change's informer and resourceVersion
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
 # blocks, each rebuilt only when one of its routes changes.
@@ -62,14 +63,64 @@ CHUNK = 500  # routes compared per turn of the event loop
 # The distinct claims of routes (kind, namespace, API group of each CR) shared among them.
 _SHARED_OWNERS: BoundedDict[Owners, Owners] = BoundedDict(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
-# Measured bytes a history entry costs beside its item (the Change, its owners, its list
-# slots; bench/stream_costs.py and tracemalloc); an entry is counted as that, its item and one
-# framed copy of it (what streams of one format make of it).
+# Bytes a history entry costs beside its item: the Change, its sequence and version, its list
+# slots (about 180 measured: bench/stream_costs.py and tracemalloc), and once framed who made
+# it; an entry is counted as that, its item and one framed copy of it (what streams of one
+# format make of it).
 ENTRY_OVERHEAD = 250
 
 
 class Expired(Exception):
     """A revision this process cannot resume from."""
+
+
+class More:
+    """What few changes hold beside their item, and what framing one adds: one object that
+    every unframed change of a log without them shares (`shared`), so an entry of the
+    history is a Change of eight slots, not of thirteen."""
+
+    __slots__ = (
+        "before",
+        "by",
+        "by_of",
+        "dictionary",
+        "frames",
+        "plain_after",
+        "plain_before",
+        "shared",
+    )
+
+    def __init__(
+        self,
+        by_of: Callable[[int], bytes | None] | None,
+        before: bytes | None = None,
+        plain_before: bytes | None = None,
+        plain_after: bytes | None = None,
+        dictionary: bytes | None = None,
+        shared: bool = False,
+    ) -> None:
+        # The item before it, kept only where a stream may see the change as DELETED while
+        # the route is still there (its copy shown moved to a kind, namespace or API group
+        # the stream does not see).
+        self.before = before
+        # The full view's items without a member's `pool` (for callers who may not read the
+        # pool), only where they differ from the change's.
+        self.plain_before = plain_before
+        self.plain_after = plain_after
+        # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED.
+        # Asked (`by_of(rv)`) when first framed, not when the index stores it: a write's watch
+        # event may come before its answer, which names its caller.
+        self.by: bytes | None = None
+        self.by_of = by_of
+        # Its framed forms, made on first use (most changes are framed in one or two forms).
+        self.frames: dict[tuple[str, bool, bool], bytes] | None = None
+        # The change's item is packed against it (see ChangeLog._pack); None: as it is.
+        self.dictionary = dictionary
+        self.shared = shared
+
+    def own(self) -> More:
+        """A copy of a shared one, for one change to frame into."""
+        return More(self.by_of, self.before, self.plain_before, self.plain_after, self.dictionary)
 
 
 @dataclass(slots=True, eq=False)
@@ -78,24 +129,15 @@ class Change:
 
     seq: int
     route: str
-    before: bytes | None
-    after: bytes | None
+    # The item after the change; before it, for a change that removed the route.
+    item: bytes
     owners_before: Owners
     owners_after: Owners
     # What caused it: the informer and resourceVersion (a relist's: the list's version).
-    source: Source = NOWHERE
-    rv: int = 0
-    # The full view's items without a member's `pool` (for callers who may not read the
-    # pool), only where they differ from `before`/`after`.
-    plain_before: bytes | None = None
-    plain_after: bytes | None = None
-    # Who made it (JSON), when the change is a recorded one: on its ADDED and MODIFIED. Asked
-    # (`by_of(rv)`) when first framed, not when the index stores it: a write's watch event
-    # may come before its answer, which names its caller.
-    by: bytes | None = None
-    by_of: Callable[[int], bytes | None] | None = None
-    # Its framed forms, made on first use (most changes are framed in one or two forms).
-    frames: dict[tuple[str, bool, bool], bytes] | None = None
+    source: Source
+    rv: int
+    # Shared by most (see More).
+    more: More
 
     def frame(
         self,
@@ -108,28 +150,38 @@ class Change:
         """This change framed; `own` is a position only one stream is given (see
         ChangeLog.position_above): framed for it alone, not kept."""
         deleted = type_ == "DELETED"
-        variant = self.plain_before if deleted else self.plain_after
+        more = self.more
+        variant = more.plain_before if deleted else more.plain_after
         plain = plain and variant is not None  # the same bytes otherwise: framed once
         key = (type_, sse, plain)
-        frames = self.frames
-        if frames is None:
-            frames = self.frames = {}
-        encoded = None if own is not None else frames.get(key)
+        frames = more.frames
+        encoded = None if own is not None or frames is None else frames.get(key)
         if encoded is None:
-            if self.by_of is not None:
-                self.by, self.by_of = self.by_of(self.rv), None
-            item = variant if plain else self.before if deleted else self.after
+            if more.shared:
+                more = self.more = more.own()
+            if more.by_of is not None:
+                more.by, more.by_of = more.by_of(self.rv), None
+            if plain:
+                item = variant
+            elif deleted and more.before is not None:
+                item = more.before
+            elif more.dictionary is not None:
+                item = unpack(self.item, more.dictionary)
+            else:
+                item = self.item
             assert item is not None
             position = revision(self.seq) if own is None else own
             encoded = framing.frame(
                 framing.change_line(
-                    type_, self.route, item, position, None if deleted else self.by
+                    type_, self.route, item, position, None if deleted else more.by
                 ),
                 position,
                 sse,
             )
             if own is None:
-                frames[key] = encoded
+                if more.frames is None:
+                    more.frames = {}
+                more.frames[key] = encoded
         return encoded
 
     def event(
@@ -155,19 +207,32 @@ class Change:
 
     @property
     def size(self) -> int:
-        item = self.after if self.after is not None else self.before or b""
-        return ENTRY_OVERHEAD + 2 * len(item) + len(self.by or b"")
+        # The same from its append to its trim (who made it, asked when it is framed, is in
+        # the overhead): the history's count of bytes never drifts.
+        return ENTRY_OVERHEAD + 2 * len(self.item)
 
 
 class History:
     """The changes of one (view, kind), oldest first, at most `budget` bytes of them."""
 
-    def __init__(self, view: str, kind: str | None, floor: int, budget: int) -> None:
+    def __init__(
+        self,
+        view: str,
+        kind: str | None,
+        floor: int,
+        budget: int,
+        pack: Callable[[str, Change], None] | None = None,
+    ) -> None:
         self.view = view
         self.kind = kind
         self.budget = budget
         self.changes: list[Change] = []
         self._seqs: list[int] = []
+        # Each entry's bytes as counted when it came (its item may be packed since).
+        self._sizes = array("q")
+        # With `pack`: each route's newest entry; the one a newer entry replaces is packed.
+        self._pack = pack
+        self._newest: dict[str, Change] | None = {} if pack is not None else None
         self._start = 0  # changes[:_start] are dropped (removed in bulk, so trimming is O(1))
         self.bytes = 0
         # A cursor at or after the floor can resume: nothing after it was dropped.
@@ -187,25 +252,36 @@ class History:
         return self.changes[self._start :]
 
     def append(self, change: Change) -> None:
+        size = change.size
         self.changes.append(change)
         self._seqs.append(change.seq)
-        self.bytes += change.size
+        self._sizes.append(size)
+        self.bytes += size
+        newest = self._newest
+        if newest is not None and self._pack is not None:
+            replaced = newest.get(change.route)
+            newest[change.route] = change
+            if replaced is not None:
+                self._pack(self.view, replaced)
 
     def trim(self) -> int:
         """Drop the oldest entries while over budget; returns the floor: a stream whose
         cursor is below it has lost an entry it needed."""
-        changes, start = self.changes, self._start
+        changes, start, newest = self.changes, self._start, self._newest
         while self.bytes > self.budget and start < len(changes):
             change = changes[start]
+            self.bytes -= self._sizes[start]
             start += 1
-            self.bytes -= change.size
             self.floor = change.seq
+            if newest is not None and newest.get(change.route) is change:
+                del newest[change.route]
             if change.rv > self.floor_rv.get(change.source, 0):
                 self.floor_rv[change.source] = change.rv
                 self.floor_state.pop(change.source, None)
         if start > 1024 and start > len(changes) // 2:
             del changes[:start]
             del self._seqs[:start]
+            del self._sizes[:start]
             start = 0
         self._start = start
         return self.floor
@@ -220,7 +296,7 @@ class History:
         for i in range(at, len(changes)):
             change = changes[i]
             out.append(change)
-            taken += change.size
+            taken += self._sizes[i]
             if taken >= limit:
                 return out, change.seq, i == len(changes) - 1
         return out, cursor, True
@@ -237,8 +313,12 @@ class ChangeLog:
         self.service = service
         # Who made the change the index is storing (at a resourceVersion), or None.
         self._by = by
-        # One bound method that every change keeps, not one each.
         self._by_json_of = self._by_json if by is not None else None
+        # What every change without a `before` or plain items holds until it is framed.
+        self._more = More(self._by_json_of, shared=True)
+        # The same for packed changes, per dictionary (a view's, see _pack).
+        self._packed_more: dict[bytes, More] = {}
+        self._dictionaries = Dictionaries()
         self.index = service.index
         self.budget = budget
         self._epoch = secrets.token_bytes(4)
@@ -466,7 +546,10 @@ class ChangeLog:
         found = self.histories.get((view, kind))
         if found is None:
             self.follow(view)
-            found = self.histories[(view, kind)] = History(view, kind, self.seq, self.budget)
+            # The history of the whole view packs what newer entries replaced (it holds them all).
+            pack = self._pack if kind is None else None
+            found = History(view, kind, self.seq, self.budget, pack)
+            self.histories[(view, kind)] = found
             found.floor_rv = self.versions_reached()
             limits = self.service.limits
             found.floor_state = {
@@ -474,6 +557,27 @@ class ChangeLog:
             }
             self._mark((), {})
         return found
+
+    def _pack(self, view: str, change: Change) -> None:
+        """Keep packed (see slo_api.packed) the item of a change that a newer change of its
+        route replaced: nothing but the history reads it any more (the index, the published
+        state and the initial frames moved on), and only to frame it for a stream that is
+        behind. A summary item keeps about a third of its bytes."""
+        more = change.more
+        if more.dictionary is not None:
+            return
+        data, dictionary = self._dictionaries.packed(view, change.item)
+        if dictionary is None:
+            return  # it would not be smaller
+        change.item = data
+        if not more.shared:
+            more.dictionary = dictionary
+            return
+        shared = self._packed_more.get(dictionary)
+        if shared is None:
+            shared = More(self._by_json_of, dictionary=dictionary, shared=True)
+            self._packed_more[dictionary] = shared
+        change.more = shared
 
     def follow(self, view: str) -> None:
         """Start following a view (for its first stream, or its first /config page): its
@@ -583,7 +687,7 @@ class ChangeLog:
         if not self._last:
             return  # nobody has watched yet: nothing to compare or to tell
         source, rv = self.index.cause or (NOWHERE, 0)
-        cause: Cause = (source, rv, None)
+        cause: Cause = (source, rv)
         pending, count = self._pending, self._pending_count
         if not pending:  # the usual case, and a relist's 100,000 routes at once: ~5 ms, not 50
             self._pending = dict.fromkeys(routes, cause)
@@ -642,7 +746,7 @@ class ChangeLog:
         lasts: dict[str, int] = {}  # the last change of each view in this chunk
         lowest: dict[Source, int] = {}  # each cause's version, the lowest per informer
         count = self._pending_count
-        for route, (source, rv, by) in chunk:
+        for route, (source, rv) in chunk:
             count[source] -= 1
             if count[source] <= 0:
                 del count[source]
@@ -677,20 +781,13 @@ class ChangeLog:
                 lasts[view] = self.seq
                 if rv < lowest.get(source, rv + 1):
                     lowest[source] = rv
-                change = Change(
-                    self.seq,
-                    route,
-                    before,
-                    after,
-                    old_owners,
-                    owners,
-                    source,
-                    rv,
-                    plain_before,
-                    plain_after,
-                    by,
-                    self._by_json_of,
-                )
+                item = after if after is not None else before
+                assert item is not None  # else nothing changed
+                kept = before if after is not None and old_owners != owners else None
+                more = self._more
+                if kept is not None or plain_before is not None or plain_after is not None:
+                    more = More(self._by_json_of, kept, plain_before, plain_after)
+                change = Change(self.seq, route, item, old_owners, owners, source, rv, more)
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
                     if history is not None:

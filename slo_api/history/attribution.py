@@ -21,7 +21,7 @@ import orjson
 
 from slo_api.history.changes import Change, diff, owned_fields, state_digest
 from slo_api.kinds.base import Obj
-from slo_api.managed_fields import Stamps, field_entries, manager_key, spec_keys, stamp_of
+from slo_api.managed_fields import field_entries, manager_key, spec_keys, stamp_of
 
 # The field manager slo-api's own writes carry (kube.Kube.patch).
 SELF = "slo-api"
@@ -35,22 +35,20 @@ writer: contextvars.ContextVar[Writer | None] = contextvars.ContextVar(
 
 
 def changed_by(
-    before: Stamps | None,
     last: tuple[float, tuple[str, ...]],
     obj: Obj,
     fields: Iterable[str] = (),
 ) -> tuple[str, str | None]:
     """The field manager that made a change, and when: the one whose managedFields entry the
-    change stamped, compared with each manager's stamp before it (`before`) or, when only the
-    newest stamp and the entries that carried it are known (a state first seen in a list:
-    `last`), newer than that. None stamped (a field removed by a manager that then owns
-    nothing keeps no entry): `unknown`."""
+    change stamped, newer than the state before it (`last`: its newest stamp and the entries
+    that carried it). The API server stamps an entry with the time of the write, so a manager
+    that changed the CR since is stamped later, or in the same second and not among those.
+    None stamped (a field removed by a manager that then owns nothing keeps no entry):
+    `unknown`."""
     newest, latest = last
 
     def stamped(e: Obj) -> bool:
         time = stamp_of(e.get("time"))
-        if before is not None:
-            return before.get(manager_key(e)) != time
         return time > newest or (time == newest and manager_key(e) not in latest)
 
     entries = field_entries(obj)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections import deque
@@ -73,7 +74,7 @@ from slo_api.history.revisions import (
 from slo_api.index import Entry, Name, exact, group_of, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, log_failure
-from slo_api.managed_fields import Fact, Stamps, last_changed, stamps, without_managed_fields
+from slo_api.managed_fields import Fact, last_changed, without_managed_fields
 from slo_api.metrics import Metrics
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Target
@@ -89,13 +90,23 @@ BY_KEPT = 4096
 FIRSTS_AT_ONCE = 1000
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
+# Recordings stored at once (each a create, then a prune): a GitOps sync that changes 10,000
+# CRs is recorded a few at a time, not as 10,000 requests at once, each a task holding its
+# change while it waits for a connection (a peak the pod's memory limit would have to hold,
+# and containers grown for it that never shrink). Each storer keeps a TLS connection to the
+# API server open (its buffers take 256 KiB); fewer than eight let a sync's backlog grow, and
+# each queued recording holds its CR.
+STORES_AT_ONCE = 8
+# What a recording reads of a CR (see revisions.revision_of): the rest is not kept for it.
+_RECORDED = ("apiVersion", "kind", "metadata", "spec")
 # Distinct GitOps owners shared among the CRs that remember them (see History._keep).
 OWNERS_SHARED = 4096
 # Bytes that tell a state's JSON still holds managedFields (the index keeps them apart as
 # facts: see Entry.managed, unless they would not give the same entries back).
 _MANAGED_KEY = b'"managedFields"'
-# A CR's GitOps owners as the history keeps them (see History._keep).
-Kept = tuple[Owner, ...]
+# A CR's GitOps owners as the history keeps them (see History._keep): most CRs that keep any
+# keep one, held as it is (a tuple of one costs 56 bytes more per CR).
+Kept = Owner | tuple[Owner, ...]
 
 
 def _now() -> str:
@@ -150,10 +161,8 @@ class _Seen:
     # The client-owned fields' digest (see _digest); UNREAD or LOOKED: not read yet; None:
     # fields that do not encode.
     digest: int | None
-    # When each manager last changed it (None: only the newest of them, `last`, is known: the
-    # index's copy keeps no managedFields but the GitOps tools').
-    managers: Stamps | None
-    # The newest of them and the entries stamped then; None: the entry's (`state`).
+    # When it was last changed (its managedFields' newest stamp) and the entries stamped
+    # then; None: the entry's (`state`), which read the same managedFields.
     last: tuple[float, tuple[str, ...]] | None
 
     def stamped(self) -> tuple[float, tuple[str, ...]]:
@@ -206,22 +215,27 @@ class History:
         self._seen: dict[tuple[str, str], dict[Name, _Seen]] = {}
         self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
         self._by: BoundedDict[str, Who] = BoundedDict(BY_KEPT)
+        # Few managers make most changes: one tuple each, not one per change kept.
+        self._whos: BoundedDict[Who, Who] = BoundedDict(OWNERS_SHARED)
         # Per CR uid, of the GitOps owners in effect after the newest change observed, those
         # its last state does not name (see _keep).
         self._remembered: dict[str, Kept] = {}
         self._shared: BoundedDict[Owner, Owner] = BoundedDict(OWNERS_SHARED)
         # Per CR uid: recordings of this replica's own writes under way (a read on this
         # replica waits for them, no other).
-        self._recording: dict[str, set[asyncio.Task[None]]] = {}
+        self._recording: dict[str, set[asyncio.Future[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Recordings waiting for one of the STORES_AT_ONCE storers, each with the future done
+        # once it is stored (what a read here waits for).
+        self._store_queue: deque[tuple[Callable[[], Awaitable[None]], asyncio.Future[None]]] = (
+            deque()
+        )
+        self._storers = 0
         # Changes made by slo-api that no answer here named yet, waiting (by version), with
         # the task that records them.
         self._answers: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         # Per CR uid: this replica's writes whose change the informers have not brought yet.
         self._unseen: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
-        # The generation the informers last reached of the CRs most recently changed (a
-        # write's answer may come after its event).
-        self._reached: BoundedDict[str, int] = BoundedDict(MINE_KEPT)
         # CRs whose seed waits (uid, namespace), and the tasks seeding them, at most
         # SEEDS_AT_ONCE: a start seeds every marked CR, and a task each would cost more than
         # what is seeded.
@@ -268,7 +282,11 @@ class History:
                 if uid:
                     self._own(uid, pending[1])
             gen = generation(obj)
-            if uid and self.enabled and (gen is None or self._reached.get(uid, -1) < gen):
+            # The generation the informers reached, from the last state seen of the CR (its
+            # answer may come after its event).
+            seen = self._last_seen(obj, uid) if uid else None
+            reached = seen.gen if seen is not None and seen.gen is not None else -1
+            if uid and self.enabled and (gen is None or reached < gen):
                 # Until the watch brings it, a read of this route here waits for it.
                 waiting = asyncio.get_running_loop().create_future()
                 self._unseen.setdefault(uid, []).append((gen or 0, waiting))
@@ -289,7 +307,6 @@ class History:
         return {
             *self._remembered,
             *self._unseen,
-            *self._reached,
             *self._seeding,
             *self._recording,
         }
@@ -317,7 +334,9 @@ class History:
 
     def _owners(self, uid: str) -> dict[str, Owner] | None:
         kept = self._remembered.get(uid)
-        return None if kept is None else {owner.field: owner for owner in kept}
+        if kept is None:
+            return None
+        return {owner.field: owner for owner in (kept if isinstance(kept, tuple) else (kept,))}
 
     def _in_effect(self, seen: _Seen, uid: str, obj: Obj | None = None) -> dict[str, Owner] | None:
         """The GitOps owners in effect after the state `seen` of CR `uid` (`obj`: that state
@@ -351,7 +370,7 @@ class History:
                 found = shared[owner] = owner
             kept.append(found)
         if kept:
-            self._remembered[uid] = tuple(kept)
+            self._remembered[uid] = kept[0] if len(kept) == 1 else tuple(kept)
         else:
             self._remembered.pop(uid, None)
 
@@ -427,13 +446,15 @@ class History:
                         prev.digest = LOOKED  # gone (see _look_at_firsts)
                     if prev.uid:
                         self._forget(prev.uid)  # re-created while the watch was away
-                seen = seens[name] = _Seen(state.uid, state.rv, None, state, UNREAD, None, None)
+                seen = seens[name] = _Seen(state.uid, state.rv, None, state, UNREAD, None)
                 self._first_sight(seen)
                 return
             obj, entry = state.obj(), state
         else:
             obj = state
         uid, gen = uid_of(obj), generation(obj)
+        if entry is not None and entry.uid == uid:
+            uid = entry.uid  # the index's string, not this event's copy of it
         if prev is not None and prev.uid == uid:
             if prev.rv == resource_version(obj):
                 return  # a repeated event
@@ -445,11 +466,8 @@ class History:
         kept = entry if entry is not None else encoded
         # The newest stamp: the entry's where there is one (it read the same managedFields).
         last = None if entry is not None else last_changed(obj)
-        if isinstance(state, Entry):  # a relist's: managedFields trimmed
-            seens[name] = _Seen(uid, state.rv, gen, kept, digest, None, last)
-        else:
-            rv = resource_version(obj)
-            seens[name] = _Seen(uid, rv, gen, kept, digest, stamps(obj), last)
+        rv = state.rv if isinstance(state, Entry) else resource_version(obj)
+        seens[name] = _Seen(uid, rv, gen, kept, digest, last)
         if uid is None:
             return
         if prev is not None and prev.uid and prev.uid != uid:
@@ -458,9 +476,6 @@ class History:
             self._seeding[uid] = self._pending(obj, entry)
         if uid in self._unseen:
             self._arrived(uid, gen)
-        if gen is not None and prev is not None:  # a change, not a first sight
-            self._reached.pop(uid, None)
-            self._reached[uid] = gen
         known = uid in self._remembered
         owners = self._owners_since(prev, uid, obj)
         self._keep(uid, owners, kept)
@@ -489,13 +504,12 @@ class History:
         changes = diff(kind, old, fields)
         if not changes:
             return
-        manager, when = changed_by(
-            prev.managers, prev.stamped(), obj, [c["field"] for c in changes]
-        )
+        manager, when = changed_by(prev.stamped(), obj, [c["field"] for c in changes])
         gap = state_digest(old) if isinstance(state, Entry) else None
-        # Without managedFields (most of a decoded CR): the recording may wait on the API
-        # server, and a start or a busy GitOps sync has many under way.
-        change = Change(kind, without_managed_fields(obj), changes, when or _now(), gap)
+        # Only what a revision is made of (not managedFields nor status, most of a decoded
+        # CR): the recording may wait for a storer, and a GitOps sync queues thousands.
+        kept = without_managed_fields({k: obj[k] for k in _RECORDED if k in obj})
+        change = Change(kind, kept, changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
         parts = mine.split(change) if mine is not None else None
@@ -503,7 +517,8 @@ class History:
             self._spawn_mine(uid, mine, parts, recorded)
             return
         actor = UNKNOWN if manager == SELF else manager
-        self._by[version] = (actor, manager, None, None)
+        told: Who = (actor, manager, None, None)
+        self._by[version] = self._whos.setdefault(told, told)
         if mine is not None:
             # A relist's gap that ends at this replica's write but holds more than it, from a
             # state it cannot tell apart: it is not pinned on the caller.
@@ -533,7 +548,6 @@ class History:
     def _forget(self, uid: str) -> None:
         """A CR gone (deleted, or found re-created under a new uid): nothing kept of it."""
         self._remembered.pop(uid, None)
-        self._reached.pop(uid, None)
         self._seeding.pop(uid, None)
         self._arrived(uid, None)
 
@@ -599,10 +613,14 @@ class History:
             mine = self._mine.get(rv)
             parts = mine.split(change) if mine is not None else None
             if mine is not None and parts is not None:
-                await self._store_mine(mine, parts, owners)
+                work = functools.partial(self._store_mine, mine, parts, owners)
+                await self._queue(work, first=True)
             else:
-                await self.revisions.store(
-                    change, UNKNOWN, via, None, None, owners, placeholder=True
+                store = self.revisions.store
+                await self._queue(
+                    functools.partial(
+                        store, change, UNKNOWN, via, None, None, owners, placeholder=True
+                    )
                 )
 
         # Not a recording a read here waits for, unless this replica's answer names it.
@@ -612,7 +630,8 @@ class History:
         self, uid: str, mine: Mine, parts: Parts, owners: dict[str, Owner] | None
     ) -> None:
         if self.enabled:
-            self._own(uid, self._spawn(self._store_mine(mine, parts, owners)))
+            work = functools.partial(self._store_mine, mine, parts, owners)
+            self._own(uid, self._queue(work, first=True))
 
     async def _store_mine(self, mine: Mine, parts: Parts, owners: dict[str, Owner] | None) -> None:
         """This replica's write (see Mine.split): what came before it across a relist's gap,
@@ -635,12 +654,46 @@ class History:
         own: bool = False,
     ) -> None:
         if self.enabled:
-            task = self._spawn(
-                self.revisions.store(change, actor, via, request_id, client_request_id, owners)
+            store = self.revisions.store
+            done = self._queue(
+                functools.partial(store, change, actor, via, request_id, client_request_id, owners),
+                first=own,
             )
             uid = uid_of(change.obj)
             if own and uid:
-                self._own(uid, task)
+                self._own(uid, done)
+
+    def _queue(
+        self, work: Callable[[], Awaitable[None]], first: bool = False
+    ) -> asyncio.Future[None]:
+        """Store a recording (`work`) once one of the STORES_AT_ONCE storers is free; the
+        future is done once it is. This replica's own writes go `first`: their callers' reads
+        here wait for them, not for a GitOps sync's thousands."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if first:
+            self._store_queue.appendleft((work, done))
+        else:
+            self._store_queue.append((work, done))
+        if self._storers < STORES_AT_ONCE:
+            self._storers += 1
+            self._spawn(self._storer())
+        return done
+
+    async def _storer(self) -> None:
+        try:
+            while self._store_queue:
+                work, done = self._store_queue.popleft()
+                if done.cancelled():
+                    continue  # nobody waits for it any more: closing
+                try:
+                    await work()
+                except Exception:  # a store logs its failures: this is a bug's
+                    log.exception("recording a change failed")
+                finally:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self._storers -= 1
 
     def _spawn(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
@@ -648,14 +701,14 @@ class History:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _own(self, uid: str, task: asyncio.Task[None]) -> None:
+    def _own(self, uid: str, task: asyncio.Future[None]) -> None:
         """`task` records this replica's own write: a read of the CR here waits for it."""
         if task.done():
             return
         waiting = self._recording.setdefault(uid, set())
         waiting.add(task)
 
-        def done(t: asyncio.Task[None]) -> None:
+        def done(t: asyncio.Future[None]) -> None:
             waiting.discard(t)
             if not waiting and self._recording.get(uid) is waiting:
                 del self._recording[uid]
@@ -729,8 +782,13 @@ class History:
         (bounded by the grace and the upstream timeout)."""
         if self._firsts_task is not None:
             self._firsts_task.cancel()
-        pending = list(self._tasks)
-        if pending:
-            _, left = await asyncio.wait(pending, timeout=self.grace + self.kube.timeout)
-            for task in left:
-                task.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace + self.kube.timeout
+        # Again while any is left: one waiting out its grace hands its store to a storer.
+        while (pending := list(self._tasks)) and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(pending, timeout=left)
+        for task in list(self._tasks):
+            task.cancel()
+        for _, done in self._store_queue:
+            done.cancel()
+        self._store_queue.clear()

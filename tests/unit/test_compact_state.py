@@ -1,7 +1,7 @@
 """What the index and the history keep of a CR is compact (managedFields as shared facts, the
-history's last state the index's entry and a digest of its client-owned fields, stamps packed,
-owners shared), and every answer read from it is the one the full objects give: the write
-guard's owners, who made a change, what changed."""
+history's last state the index's entry and a digest of its client-owned fields, owners
+shared), and every answer read from it is the one the full objects give: the write guard's
+owners, who made a change, what changed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from slo_api.history import History
 from slo_api.index import CRIndex
 from slo_api.kinds.llm import LLMKind
 from slo_api.kube import Resource
-from slo_api.managed_fields import stamps
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Service
 from tests.unit import vtime
@@ -128,14 +127,6 @@ def test_a_change_of_kept_managed_fields_alone_is_a_change_and_a_relist_of_the_s
     assert stored["metadata"]["managedFields"][0]["time"] == "2026-01-01T00:03:00Z"
 
 
-def test_stamps_answer_as_a_dict_of_them_would() -> None:
-    obj = states()[-1]
-    packed = stamps(obj)
-    as_dict = {"argocd-controller\0Apply": 1767225600, "kubectl-edit\0Update": 1767225720}
-    assert dict(packed.items()) == as_dict
-    assert packed.get("llm-operator\0Update") is None  # a status entry is not the object's
-
-
 def test_the_history_kept_compactly_names_what_the_full_objects_name() -> None:
     async def scenario() -> None:
         kube = FakeKube()
@@ -217,8 +208,7 @@ def test_the_history_holds_no_copy_of_what_the_index_holds() -> None:
 def test_the_history_keeps_a_fifth_of_the_memory_goal_per_plain_cr() -> None:
     # The goal: 20 MiB per 10,000 CRs, 2,097 bytes each, for everything a replica keeps. The
     # history's share for a CR with one manager, watched through a status update: its last
-    # state (the index's entry, shared, and a digest), the managers' stamps, and the recent
-    # changes' generations (bounded: at most MINE_KEPT CRs).
+    # state (the index's entry, shared, and a digest).
     per_cr = _history_bytes_per_cr(1)
     assert per_cr < 20 * 2**20 / 10_000 / 5, per_cr
 

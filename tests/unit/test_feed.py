@@ -253,6 +253,39 @@ async def test_since_replays_exactly_the_later_changes() -> None:
     await resumed.stop()
 
 
+async def test_a_stream_behind_gets_each_item_as_it_was_however_often_it_changed() -> None:
+    # What a newer change replaced is kept packed: a stream that resumes from before reads it
+    # back as it was published, in every view.
+    feed = make_feed()
+    index = feed.index
+    index.upsert(LLM, cr("a", "x", "chat"))
+    summary, full = await reader(feed), await reader(feed, "full")
+    await summary.settle()
+    since = {"summary": summary.events[-1]["revision"], "full": full.events[-1]["revision"]}
+    await summary.stop()
+    await full.stop()
+    for rv in range(2, 6):
+        index.upsert(LLM, cr("a", "x", "chat", rv=rv, priority=rv))
+    index.delete(LLM, cr("a", "x", "chat", rv=6, priority=5))
+    index.upsert(LLM, cr("a", "x", "chat", rv=7, priority=9))
+    for view in ("summary", "full"):
+        resumed = await reader(feed, view, since=since[view])
+        seen = [
+            (e["type"], e["object"]["priority"])
+            for e in resumed.events
+            if e["type"] not in ("BOOKMARK", "ERROR")
+        ]
+        assert seen == [
+            ("MODIFIED", 2),
+            ("MODIFIED", 3),
+            ("MODIFIED", 4),
+            ("MODIFIED", 5),
+            ("DELETED", 5),
+            ("ADDED", 9),
+        ], view
+        await resumed.stop()
+
+
 async def test_a_revision_too_old_from_the_future_or_garbage_is_expired() -> None:
     feed = make_feed(history_bytes=4000)
     index = feed.index

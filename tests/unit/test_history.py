@@ -13,6 +13,7 @@ import pytest
 from slo_api.errors import ApiError
 from slo_api.history import History, writer
 from slo_api.history.changes import VALUE_CAP, capped, changes_between, owned_body
+from slo_api.history.core import MINE_KEPT, STORES_AT_ONCE
 from slo_api.history.legacy import LEGACY_LABEL
 from slo_api.history.revisions import REVISIONS
 from slo_api.index import Entry
@@ -78,6 +79,25 @@ def _by(entry: dict[str, Any]) -> tuple[Any, ...]:
 async def _settle(*replicas: History) -> None:
     for replica in replicas:
         await replica.close()
+
+
+def _sync(replica: History, crs: range) -> None:
+    """A GitOps sync's changes: each of these CRs seen, then its priority changed."""
+    manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+    for i in crs:
+        name = ("ns", f"cr-{i}")
+        replica.observe(PLURAL, GROUP, name, _state(10, manager, uid=f"u{i}", priority=0))
+        replica.observe(PLURAL, GROUP, name, _state(11, manager, uid=f"u{i}", priority=1))
+
+
+def _event_before_answer(replica: History) -> dict[str, Any]:
+    """A write through slo-api whose watch event comes before its answer: its state."""
+    replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+    mine = _state(
+        11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
+    )
+    replica.observe(PLURAL, GROUP, NAME, mine)
+    return mine
 
 
 def test_changes_name_the_api_fields_with_their_values_before_and_after() -> None:
@@ -732,11 +752,7 @@ def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_come
         kube = FakeKube()
         replica = _replica(kube)
         loop = asyncio.get_running_loop()
-        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
-        mine = _state(
-            11, _managed(CREATED, ("slo-api", "2026-01-02T00:00:00Z", ["priority"])), priority=2
-        )
-        replica.observe(PLURAL, GROUP, NAME, mine)  # the event, before the answer
+        mine = _event_before_answer(replica)
         started = loop.time()
         token = writer.set(("alice", "own-1", None))
         replica.wrote(mine)
@@ -745,6 +761,86 @@ def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_come
         # Recorded at the answer, long before another replica's grace ends.
         assert loop.time() - started < GRACE
         assert [_by(e) for e in _revisions(kube)] == [("alice", "slo-api", "own-1", None)]
+        await _settle(replica)
+
+    vtime.run(scenario())
+
+
+def test_a_burst_of_changes_is_recorded_a_few_requests_at_a_time() -> None:
+    # A GitOps sync that changes hundreds of CRs at once: their revisions are stored a few
+    # at a time, not each in a request (and a task holding its change) of its own at once.
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        flying = [0, 0]  # now, most at once
+
+        async def slow_create(method: str, *args: Any) -> None:
+            if method != "create":
+                return
+            flying[0] += 1
+            flying[1] = max(flying)
+            await gate.wait()
+            flying[0] -= 1
+
+        kube = FakeKube(error_callback=slow_create)
+        replica = _replica(kube)
+        crs = 200
+        _sync(replica, range(crs))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert 0 < flying[1] <= STORES_AT_ONCE, flying
+        gate.set()
+        await _settle(replica)
+        assert all(len(_revisions(kube, f"u{i}")) == 1 for i in range(crs))
+        assert flying[1] <= STORES_AT_ONCE, flying
+
+    vtime.run(scenario())
+
+
+def test_a_callers_own_write_is_recorded_before_a_syncs_backlog() -> None:
+    # The caller reads its history here next, and that read waits for the recording.
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        created: list[str] = []
+
+        async def slow_create(method: str, *args: Any) -> None:
+            if method == "create":
+                created.append(args[2]["metadata"]["labels"]["slo-api.modelsphere.dev/uid"])
+                await gate.wait()
+
+        kube = FakeKube(error_callback=slow_create)
+        replica = _replica(kube)
+        _sync(replica, range(2, 100))
+        replica.observe(PLURAL, GROUP, NAME, _state(10, _managed(CREATED), priority=1))
+        put = _managed(CREATED, ("slo-api", "2026-01-03T00:00:00Z", ["priority"]))
+        token = writer.set(("token:write", "own-1", None))
+        replica.wrote(_state(11, put, priority=7))
+        writer.reset(token)
+        replica.observe(PLURAL, GROUP, NAME, _state(11, put, priority=7))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        gate.set()
+        await _settle(replica)
+        assert created.index("u1") <= STORES_AT_ONCE, created
+        (own,) = _revisions(kube)
+        assert _by(own) == ("token:write", "slo-api", "own-1", None)
+
+    vtime.run(scenario())
+
+
+def test_a_read_after_a_late_answer_never_waits_for_an_event_already_seen() -> None:
+    # The write's event came first; thousands of other CRs changed before its answer did.
+    async def scenario() -> None:
+        kube = FakeKube()
+        replica = _replica(kube)
+        loop = asyncio.get_running_loop()
+        mine = _event_before_answer(replica)
+        _sync(replica, range(2, MINE_KEPT + 10))
+        token = writer.set(("alice", "own-1", None))
+        replica.wrote(mine)
+        writer.reset(token)
+        started = loop.time()
+        await replica.read(Target.of("a", LLM, mine))
+        assert loop.time() - started < 1.0
         await _settle(replica)
 
     vtime.run(scenario())
