@@ -508,8 +508,8 @@ class History:
         gap = state_digest(old) if isinstance(state, Entry) else None
         # Only what a revision is made of (not managedFields nor status, most of a decoded
         # CR): the recording may wait for a storer, and a GitOps sync queues thousands.
-        kept = without_managed_fields({k: obj[k] for k in _RECORDED if k in obj})
-        change = Change(kind, kept, changes, when or _now(), gap)
+        made_of = without_managed_fields({k: obj[k] for k in _RECORDED if k in obj})
+        change = Change(kind, made_of, changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
         parts = mine.split(change) if mine is not None else None

@@ -15,7 +15,7 @@ import pytest
 from slo_api.errors import ApiError
 from slo_api.feed import Allowed, Expired, Feed, Stream, TooManyStreams
 from slo_api.feed import flusher as flusher_module
-from slo_api.feed.history import ChangeLog
+from slo_api.feed.history import Change, ChangeLog, History, More
 from slo_api.metrics import Metrics
 from slo_api.service import Service
 from slo_api.visible import VisiblePages
@@ -284,6 +284,25 @@ async def test_a_stream_behind_gets_each_item_as_it_was_however_often_it_changed
             ("ADDED", 9),
         ], view
         await resumed.stop()
+
+
+def test_a_history_uncounts_an_entry_as_it_counted_it_however_it_was_framed_since() -> None:
+    # Framing asks who made the change; packing shrinks its item. Neither may change what the
+    # trim takes off, or the count drifts and the history outgrows its budget.
+    owners = (("llm", "a", ""),)
+    source = (LLM, "", "")
+    who = More(lambda rv: b'{"actor":"someone","via":"kubectl-edit"}', shared=True)
+    packed: list[Change] = []
+    history = History("summary", None, 0, 1 << 20, lambda view, c: packed.append(c))
+    first = Change(1, "chat", b'{"route":"chat","priority":1}', owners, owners, source, 7, who)
+    history.append(first)
+    first.frame("ADDED", False, lambda seq: b"1")
+    history.append(Change(2, "chat", b'{"route":"chat"}', owners, owners, source, 8, who))
+    assert packed == [first]  # the newer change of its route replaced its item
+    first.item = b"x"
+    history.budget = 0
+    history.trim()
+    assert (len(history), history.bytes) == (0, 0)
 
 
 async def test_a_revision_too_old_from_the_future_or_garbage_is_expired() -> None:
