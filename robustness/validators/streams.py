@@ -95,6 +95,10 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
     known: dict[tuple[str, str, str | None], dict[str, list[Step]]] = {}
     for watcher, sessions in _sessions(recording).items():
         pointer: dict[str, int] = {}
+        # Per route, older states like the one the pointer took a line for (the route went A,
+        # B, A), newest first: a stream's first line of a route may have shown one of them (a
+        # replica behind at the open, a resume's replay). The route's next line tells which.
+        alike: dict[str, list[int]] = {}
         last_item: dict[str, Any] = {}
         recent: list[str] = []
         for number in sorted(sessions):
@@ -105,6 +109,7 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                     pointer.clear()
                 continue
             resumed = opened.since is not None
+            alike.clear()
             if not resumed:
                 pointer.clear()
                 last_item.clear()
@@ -122,7 +127,18 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                 line: Stream,
                 number: int = number,
                 recent: list[str] = recent,
+                tl: dict[str, list[Step]] = tl,
+                pointer: dict[str, int] = pointer,
             ) -> None:
+                # The route's truth around the state the watcher held, to tell a replica's
+                # fault from one of this validator's reading.
+                at = pointer.get(route or "")
+                steps = tl.get(route or "", []) if at is not None else []
+                truth = [
+                    f"truth t={s.time:.3f} {'held ' if i == at else ''}{s.value}"
+                    for i, s in enumerate(steps)
+                    if at is not None and at - 3 <= i <= at + 3
+                ]
                 found.append(
                     Violation(
                         "streams",
@@ -130,7 +146,7 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                         f"watcher {line.watcher} session {number} on {line.replica} "
                         f"({line.identity}): {message}",
                         route,
-                        [*recent[-6:], f"t={line.time:.3f} {line.line}"],
+                        [*recent[-6:], f"t={line.time:.3f} {line.line}", *truth],
                     )
                 )
 
@@ -185,9 +201,25 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                             flag(f"shows {value}, a state the route never had", route, record)
                         continue
                     pointer[route] = early[-1] if early else candidates[0]
+                    # Or an older like one, where the replica may not yet have seen the state
+                    # after it (it came at most `lag` before, or during a fault).
+                    alike[route] = [
+                        i
+                        for i in early[-2::-1]
+                        if record.time - steps[i + 1].time <= lag
+                        or during_fault(windows, steps[i + 1].time, record.time)
+                    ]
                 else:
                     later = [i for i in range(at, len(steps)) if steps[i].value == value]
-                    if resumed and route not in first_here and later[:1] not in ([at], [at + 1]):
+                    older = alike.pop(route, [])
+                    # (each before the state the pointer took, so one follows it)
+                    follows = [i for i in older if steps[i + 1].value == value]
+                    if follows and later[:1] not in ([at], [at + 1]):
+                        # The route's last line showed the older like state: this follows it.
+                        pointer[route] = follows[0] + 1
+                        last_item[route] = obj
+                        continue
+                    if resumed and route not in first_here and later[:1] != [at + 1]:
                         elsewhere = [
                             t
                             for ns in spaces.get(route, ())
@@ -195,7 +227,11 @@ def streams(recording: Recording, ground: Ground) -> list[Violation]:
                             if resource != _PLURALS.get(kind)
                         ]
                         back = _replayed(steps, at, value, windows, elsewhere, lag)
-                        if back is not None:
+                        if back is not None and later[:1] == [at]:
+                            # Like the state held: the same again, or an older one like it
+                            # (the route went A, B, A) that a replay starts at.
+                            alike[route] = [back]
+                        elif back is not None:
                             # A resume elsewhere from a revision that stood before a relist,
                             # or before another informer's change, sends, in order, the
                             # changes from that version on again

@@ -388,6 +388,88 @@ def test_a_resume_that_replays_from_a_change_of_another_informer_long_before_is_
     assert "out of order" in found[0].message
 
 
+def _replayed_back_to_a_like_state(b: Builder, caps_before: float | None) -> Builder:
+    """chat goes 4, 8, 4; a watcher that held the newest 4 resumes on another replica, which
+    sends 4, 8, 4 again: its revision had not reached a change of the namespace's caps made
+    `caps_before` seconds before the 8, while the first 4 stood (None: no caps change)."""
+    b.tick(60)
+    b.put("chat", {"priority": 4})
+    if caps_before is not None:
+        b.limits("a", {"maxPriority": 9})
+        b.tick(caps_before)
+    b.put("chat", {"priority": 8})
+    b.put("chat", {"priority": 4})
+    b.tick(1)
+    first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
+    b.close(first, "drop")
+    again = b.watch("w1", replica="a", since=True)
+    obj = copy.deepcopy(b.crs["chat"])
+    for n, priority in enumerate((4, 8, 4)):
+        obj["spec"]["priority"] = priority
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
+        b.line(again, {**line, "revision": f"z{n}"})
+    return b
+
+
+def test_a_resume_that_replays_from_a_state_like_the_one_held_passes() -> None:
+    """The CI pass, seed 2026: the first state a resume sends again looks like the one the
+    watcher held (the route went 4, 8, 4) but is the older one, as the route stood at the
+    caps change the other replica's revision had not reached; the 8 and the 4 after it
+    follow it, in order."""
+    b = _replayed_back_to_a_like_state(clean(), caps_before=0.5)
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_resume_that_goes_back_to_a_like_state_with_nothing_to_explain_it_is_caught() -> None:
+    b = _replayed_back_to_a_like_state(clean(), caps_before=None)
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
+def _opened_behind(b: Builder, first: int | None, after: float = 1.0) -> Builder:
+    """chat goes (`first`,) 8, 4; `after` seconds later a new stream opens on a replica whose
+    informer still stood at chat's `first`: its initial state shows chat as the replica held
+    it, then the replica catches up: 8, 4 (each a change after the initial state)."""
+    b.tick(60)
+    if first is not None:
+        b.put("chat", {"priority": first})
+    b.put("chat", {"priority": 8})
+    b.put("chat", {"priority": 4})
+    b.tick(after)
+    session = b.watch("w3")  # its initial chat: priority 4, as chat is now, and as at `first`
+    obj = copy.deepcopy(b.crs["chat"])
+    for n, priority in enumerate((8, 4)):
+        obj["spec"]["priority"] = priority
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
+        b.line(session, {**line, "revision": f"late{n}"})
+    return b
+
+
+def test_a_stream_opened_on_a_replica_behind_a_state_like_the_newest_passes() -> None:
+    """The initial state may be as the replica held it: an older state like the newest one
+    (the route went 4, 8, 4), which the changes after it follow in order."""
+    b = _opened_behind(clean(), first=4)
+    assert validate(b.finish(), ("streams",)) == []
+
+
+def test_a_stream_that_shows_a_change_back_to_a_state_it_never_left_is_caught() -> None:
+    """Without an older 4 for the initial state to have been, the 8 after it goes back."""
+    b = _opened_behind(clean(), first=None)
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
+def test_a_stream_opened_on_a_replica_far_behind_with_no_fault_to_explain_it_is_caught() -> None:
+    """An initial state older than any lag between the harness's watch and a replica's (and
+    no fault under way) is not taken for the older like state."""
+    b = _opened_behind(clean(), first=4, after=30)
+    found = validate(b.finish(), ("streams",))
+    assert found
+    assert "out of order" in found[0].message
+
+
 def test_a_state_no_gap_explains_is_still_caught() -> None:
     b = clean()
     b.tick(60)
