@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from slo_api.bounded import BoundedDict
+from slo_api.bounded import Shared
 
 Obj = dict[str, Any]
 
@@ -81,10 +81,10 @@ def last_changed(obj: Obj) -> tuple[int, tuple[str, ...]]:
     keys = tuple(manager_key(e) for t, e in stamped if t == newest)
     # Few combinations of managers exist: every CR of one shares one tuple (the index holds
     # one per CR).
-    return newest, _LATEST.setdefault(keys, keys)
+    return newest, _LATEST.share(keys)
 
 
-_LATEST: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
+_LATEST: Shared[tuple[str, ...]] = Shared(1024)
 
 # One managedFields entry as `entry_of` makes it: (manager, operation, time, spec fields).
 Fact = tuple[str, str, str, tuple[str, ...]]
@@ -102,11 +102,10 @@ def facts(entries: list[Obj]) -> tuple[Fact, ...] | None:
         fields = tuple(spec_keys(entry))
         if entry != entry_of(manager, operation, time, fields):
             return None
-        fact: Fact = (manager, operation, time, _FIELDS.setdefault(fields, fields))
-        out.append(_FACTS.setdefault(fact, fact))
+        out.append(_FACTS.share((manager, operation, time, _FIELDS.share(fields)), _interned))
     # The objects a tool applied in the same second hold the very same entries: one tuple.
     kept = tuple(out)
-    return _KEPT.setdefault(kept, kept)
+    return _KEPT.share(kept)
 
 
 def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
@@ -114,6 +113,12 @@ def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
     return [entry_of(*fact) for fact in kept]
 
 
-_FIELDS: BoundedDict[tuple[str, ...], tuple[str, ...]] = BoundedDict(1024)
-_FACTS: BoundedDict[Fact, Fact] = BoundedDict(16_384)
-_KEPT: BoundedDict[tuple[Fact, ...], tuple[Fact, ...]] = BoundedDict(16_384)
+def _interned(fact: Fact) -> Fact:
+    """A fact with the event's own strings: a few managers and operations name every fact."""
+    manager, operation, time, fields = fact
+    return (sys.intern(manager), sys.intern(operation), time, fields)
+
+
+_FIELDS: Shared[tuple[str, ...]] = Shared(1024)
+_FACTS: Shared[Fact] = Shared(16_384)
+_KEPT: Shared[tuple[Fact, ...]] = Shared(16_384)

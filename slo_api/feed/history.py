@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import orjson
 
 from slo_api import heap
-from slo_api.bounded import BoundedDict
+from slo_api.bounded import Shared
 from slo_api.feed import framing
 from slo_api.index import Source
 from slo_api.packed import Dictionaries, unpack
@@ -61,7 +61,7 @@ NOWHERE: Source = ("", "", "")
 BLOCK = 1024
 CHUNK = 500  # routes compared per turn of the event loop
 # The distinct claims of routes (kind, namespace, API group of each CR) shared among them.
-_SHARED_OWNERS: BoundedDict[Owners, Owners] = BoundedDict(4096)
+_SHARED_OWNERS: Shared[Owners] = Shared(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Bytes a history entry costs beside its item: the Change, its sequence and version, its list
 # slots (about 180 measured: bench/stream_costs.py and tracemalloc), and once framed who made
@@ -607,7 +607,7 @@ class ChangeLog:
         )
         # Kept for every route: one tuple for all the routes of a kind in one namespace (and
         # API group), not one each.
-        return _SHARED_OWNERS.setdefault(owners, owners)
+        return _SHARED_OWNERS.share(owners)
 
     @property
     def pending(self) -> bool:

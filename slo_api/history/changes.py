@@ -95,7 +95,10 @@ def generation(obj: Obj) -> int | None:
 @dataclass(frozen=True, slots=True)
 class Change:
     kind: Kind
-    obj: Obj
+    # The state after it, as much as a revision is made of (see `obj`), encoded: a recording
+    # may wait for a storer behind a GitOps sync's thousands, and its JSON holds a third of
+    # what the decoded objects do.
+    made_of: bytes
     changes: list[Obj]
     when: str
     # Across a relist's gap: the digest of the state before it (see state_digest); None for
@@ -105,6 +108,12 @@ class Change:
     # inside a relist's gap): its version and client-owned fields, not `obj`'s.
     version: str | None = None
     fields: Mapping[str, Any] | None = None
+
+    @property
+    def obj(self) -> Obj:
+        """The state after it: apiVersion, kind, metadata (without managedFields) and spec."""
+        decoded: Obj = orjson.loads(self.made_of)
+        return decoded
 
 
 def state_digest(fields: Mapping[str, Any]) -> bytes:

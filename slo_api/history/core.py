@@ -41,16 +41,17 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from hashlib import blake2b
 from typing import Any
 
 import orjson
 
-from slo_api.bounded import BoundedDict
+from slo_api.bounded import BoundedDict, Shared
 from slo_api.history.attribution import (
     SELF,
     UNKNOWN,
@@ -216,11 +217,11 @@ class History:
         self._mine: BoundedDict[str, Mine] = BoundedDict(MINE_KEPT)
         self._by: BoundedDict[str, Who] = BoundedDict(BY_KEPT)
         # Few managers make most changes: one tuple each, not one per change kept.
-        self._whos: BoundedDict[Who, Who] = BoundedDict(OWNERS_SHARED)
+        self._whos: Shared[Who] = Shared(OWNERS_SHARED)
         # Per CR uid, of the GitOps owners in effect after the newest change observed, those
         # its last state does not name (see _keep).
         self._remembered: dict[str, Kept] = {}
-        self._shared: BoundedDict[Owner, Owner] = BoundedDict(OWNERS_SHARED)
+        self._shared: Shared[Owner] = Shared(OWNERS_SHARED)
         # Per CR uid: recordings of this replica's own writes under way (a read on this
         # replica waits for them, no other).
         self._recording: dict[str, set[asyncio.Future[None]]] = {}
@@ -365,10 +366,7 @@ class History:
         for owner in owners.values():
             if not (every or owner.remembered):
                 continue
-            found = shared.get(owner)
-            if found is None:
-                found = shared[owner] = owner
-            kept.append(found)
+            kept.append(shared.share(owner, _interned))
         if kept:
             self._remembered[uid] = kept[0] if len(kept) == 1 else tuple(kept)
         else:
@@ -509,7 +507,7 @@ class History:
         # Only what a revision is made of (not managedFields nor status, most of a decoded
         # CR): the recording may wait for a storer, and a GitOps sync queues thousands.
         made_of = without_managed_fields({k: obj[k] for k in _RECORDED if k in obj})
-        change = Change(kind, made_of, changes, when or _now(), gap)
+        change = Change(kind, exact(orjson.dumps(made_of)), changes, when or _now(), gap)
         version = resource_version(obj)
         mine = self._mine.get(version)
         parts = mine.split(change) if mine is not None else None
@@ -518,7 +516,7 @@ class History:
             return
         actor = UNKNOWN if manager == SELF else manager
         told: Who = (actor, manager, None, None)
-        self._by[version] = self._whos.setdefault(told, told)
+        self._by[version] = self._whos.share(told)
         if mine is not None:
             # A relist's gap that ends at this replica's write but holds more than it, from a
             # state it cannot tell apart: it is not pinned on the caller.
@@ -659,8 +657,8 @@ class History:
                 functools.partial(store, change, actor, via, request_id, client_request_id, owners),
                 first=own,
             )
-            uid = uid_of(change.obj)
-            if own and uid:
+            uid = uid_of(change.obj) if own else None
+            if uid:
                 self._own(uid, done)
 
     def _queue(
@@ -792,3 +790,16 @@ class History:
         for _, done in self._store_queue:
             done.cancel()
         self._store_queue.clear()
+
+
+def _interned(owner: Owner) -> Owner:
+    """An owner with the event's own strings: a handful of managers, operations and fields
+    name every owner kept (each second's CRs share one, not all CRs)."""
+    by = owner.overridden_by
+    return replace(
+        owner,
+        field=sys.intern(owner.field),
+        manager=sys.intern(owner.manager),
+        operation=sys.intern(owner.operation),
+        overridden_by=None if by is None else sys.intern(by),
+    )

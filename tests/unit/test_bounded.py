@@ -1,10 +1,11 @@
-"""BoundedDict: the one bound every cache and bookkeeping map keeps."""
+"""BoundedDict: the one bound every cache and bookkeeping map keeps; Shared: one object per
+value, within a bound too."""
 
 from __future__ import annotations
 
 import pytest
 
-from slo_api.bounded import BoundedDict
+from slo_api.bounded import BoundedDict, Shared
 
 
 def test_a_new_key_in_a_full_map_drops_the_oldest() -> None:
@@ -54,3 +55,37 @@ def test_touch_makes_an_entry_the_youngest() -> None:
     d.touch("a")
     d["c"] = 3
     assert list(d) == ["a", "c"]
+
+
+def _fresh(*parts: str) -> tuple[str, ...]:
+    """A tuple equal to `parts` but not the same object (as each decoded event makes one)."""
+    return tuple("".join(list(p)) for p in parts)
+
+
+def test_equal_values_are_handed_back_as_the_first_one_held() -> None:
+    shared: Shared[tuple[str, ...]] = Shared(4)
+    first = shared.share(_fresh("argocd-controller", "Apply"))
+    again = _fresh("argocd-controller", "Apply")
+    assert again is not first
+    assert shared.share(again) is first
+
+
+def test_what_make_makes_of_a_new_value_is_held_and_handed_back() -> None:
+    shared: Shared[tuple[str, ...]] = Shared(4)
+    made = shared.share(_fresh("a", "b"), lambda v: tuple(p.upper().lower() for p in v))
+    assert made == ("a", "b")
+    assert shared.share(_fresh("a", "b"), lambda v: pytest.fail("made twice")) is made
+
+
+def test_a_full_shared_holds_at_most_its_bound_and_still_shares_what_comes_after() -> None:
+    shared: Shared[tuple[str, ...]] = Shared(3)
+    for i in range(10):
+        shared.share(_fresh(str(i)))
+        assert len(shared) <= 3
+    newest = shared.share(_fresh("x"))
+    assert shared.share(_fresh("x")) is newest
+
+
+def test_a_shared_of_no_room_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Shared(0)

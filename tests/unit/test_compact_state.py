@@ -10,7 +10,7 @@ import copy
 import functools
 import gc
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -18,6 +18,7 @@ from slo_api.history import History
 from slo_api.index import CRIndex
 from slo_api.kinds.llm import LLMKind
 from slo_api.kube import Resource
+from slo_api.managed_fields import entry_of, facts
 from slo_api.ownership import Owner, Ownership
 from slo_api.service import Service
 from tests.unit import vtime
@@ -294,6 +295,66 @@ def test_an_overridden_owner_is_kept_and_costs_the_history_a_shared_owner() -> N
     plain = _history_bytes_per_edited_cr(gitops=False, override=True)
     overridden = _history_bytes_per_edited_cr(gitops=True, override=True)
     assert overridden - plain < 128, (plain, overridden)
+
+
+def _decoded(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as a watch event brings it: decoded anew, its strings its own."""
+    return cast(dict[str, Any], orjson.loads(orjson.dumps(obj)))
+
+
+def _applied_in_another_second(obj: dict[str, Any]) -> dict[str, Any]:
+    other = copy.deepcopy(obj)
+    for entry in other["metadata"]["managedFields"]:
+        if entry["manager"] == "argocd-controller":
+            entry["time"] = "2026-01-01T00:00:07Z"
+    return other
+
+
+def test_crs_applied_in_different_seconds_keep_one_copy_of_each_managers_name() -> None:
+    # Each event decodes its own strings: the managedFields facts of CRs applied in different
+    # seconds (not one shared tuple) name their managers and operations with one string each,
+    # not ~60 bytes of copies per CR.
+    entries = [
+        entry_of("argocd-controller", "Apply", "2026-01-01T00:00:00Z", ["priority", "ttft"]),
+        entry_of("kubectl-edit", "Update", "2026-01-01T00:02:00Z", ["maximumDeployment"]),
+    ]
+    first = facts(_decoded({"entries": entries})["entries"])
+    entries[0]["time"] = "2026-01-01T00:00:07Z"
+    second = facts(_decoded({"entries": entries})["entries"])
+    assert first is not None
+    assert second is not None
+    assert first != second
+    for a, b in zip(first, second, strict=True):
+        assert a[0] is b[0]  # the manager
+        assert a[1] is b[1]  # the operation
+
+
+def test_crs_applied_in_different_seconds_remember_their_owners_with_one_copy_of_each_name() -> (
+    None
+):
+    # The overridden owner the history keeps per CR (each second's CRs share one) holds
+    # one string per manager, operation and field, whichever event brought it.
+    async def scenario() -> None:
+        index, history = _index_with_history(FakeKube(), Ownership())
+        owners = []
+        for i, shift in ((1, False), (2, True)):
+            chain = _edited(i, gitops=True, override=True)
+            if shift:
+                chain = [_applied_in_another_second(obj) for obj in chain]
+            for obj in chain:
+                index.upsert(PLURAL, _decoded(obj))
+            owners.append(history.remembered(chain[-1])["priority"])
+        a, b = owners
+        assert a != b
+        assert a.remembered
+        assert b.remembered
+        assert a.manager is b.manager
+        assert a.operation is b.operation
+        assert a.field is b.field
+        assert a.overridden_by is b.overridden_by
+        await history.close()
+
+    vtime.run(scenario())
 
 
 def test_the_owners_asked_with_a_newer_copy_are_those_after_the_last_state_seen() -> None:
