@@ -110,8 +110,8 @@ def history_bytes_per_change(changes: int) -> float:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(changes):
-        change = Change(i + 1, routes[i], items[i], owners, owners, source, i, more)
-        history.append(change)
+        change = Change(routes[i], items[i], owners, owners, source, more)
+        history.append(i + 1, i, change)
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()

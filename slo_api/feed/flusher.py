@@ -150,10 +150,11 @@ class Flusher:
             # item of that route already.
             resent = stream.resent
             kept = []
-            for change in changes:
-                if change.route in resent or not reached_by(change, reached):
+            for entry in changes:
+                change = entry[1]
+                if change.route in resent or not reached_by(change.source, entry[0][1], reached):
                     resent.add(change.route)
-                    kept.append(change)
+                    kept.append(entry)
             changes = kept
         position: Callable[[int], bytes] = self.log.position
         kind, allowed, sse = stream.kind, stream.allowed, stream.sse
@@ -162,9 +163,9 @@ class Flusher:
         # Till it caught up, a resumed stream's positions may stand above every other's.
         floor = stream.floor if reached is not None else None
         lines = []
-        for change in changes:
-            own = None if floor is None else self.log.position_above(change.seq, floor)
-            encoded = change.event(kind, allowed, sse, position, full_view, own)
+        for at, change in changes:
+            own = None if floor is None else self.log.position_above(at[0], floor)
+            encoded = change.event(kind, allowed, sse, position, at, full_view, own)
             if encoded is not None:
                 lines.append(encoded)
         # Read to the end: nothing newer concerns this history, so the stream is level with

@@ -34,7 +34,7 @@ import itertools
 import secrets
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -55,6 +55,7 @@ Vector = tuple[tuple[Source, int, int], ...]
 # there (0: not known).
 Floor = dict[Source, tuple[int, int]]
 Cause = tuple[Source, int]  # a change's informer and resourceVersion
+Place = tuple[int, int]  # a history entry's sequence, and the resourceVersion that caused it
 NOWHERE: Source = ("", "", "")
 # Routes per cached block of an initial state: a new stream's initial state is a join of
 # blocks, each rebuilt only when one of its routes changes.
@@ -64,9 +65,10 @@ CHUNK = 500  # routes compared per turn of the event loop
 _SHARED_OWNERS: Shared[Owners] = Shared(4096)
 Block = tuple[list[str], bytes, int]  # its routes, their ADDED frames, how many
 # Bytes a history entry costs beside its item: the Change, its sequence and version, its list
-# slots (about 180 measured: bench/stream_costs.py and tracemalloc), and once framed who made
-# it; an entry is counted as that, its item and one framed copy of it (what streams of one
-# format make of it).
+# and array slots (about 115 measured: bench/stream_costs.py and tracemalloc; a Change shared
+# with a kind's history costs that history its slots only), and once framed who made it and
+# its own More; an entry is counted as that, its item and one framed copy of it (what streams
+# of one format make of it).
 ENTRY_OVERHEAD = 250
 
 
@@ -77,7 +79,7 @@ class Expired(Exception):
 class More:
     """What few changes hold beside their item, and what framing one adds: one object that
     every unframed change of a log without them shares (`shared`), so an entry of the
-    history is a Change of eight slots, not of thirteen."""
+    history is a Change of six slots, not of thirteen."""
 
     __slots__ = (
         "before",
@@ -125,17 +127,18 @@ class More:
 
 @dataclass(slots=True, eq=False)
 class Change:
-    """One route's /config item changing in one view."""
+    """One route's /config item changing in one view. Its sequence and the resourceVersion
+    that caused it are the history's (`History.append`), in arrays of machine integers: an
+    int object each was 60 bytes of the ~250 an entry held."""
 
-    seq: int
     route: str
     # The item after the change; before it, for a change that removed the route.
     item: bytes
     owners_before: Owners
     owners_after: Owners
-    # What caused it: the informer and resourceVersion (a relist's: the list's version).
+    # What caused it: the informer (its resourceVersion, a relist's the list's, is the
+    # history's).
     source: Source
-    rv: int
     # Shared by most (see More).
     more: More
 
@@ -144,11 +147,13 @@ class Change:
         type_: str,
         sse: bool,
         revision: Callable[[int], bytes],
+        at: Place,
         plain: bool = False,
         own: bytes | None = None,
     ) -> bytes:
-        """This change framed; `own` is a position only one stream is given (see
-        ChangeLog.position_above): framed for it alone, not kept."""
+        """This change, the history's entry `at` (its sequence and version), framed; `own` is
+        a position only one stream is given (see ChangeLog.position_above): framed for it
+        alone, not kept."""
         deleted = type_ == "DELETED"
         more = self.more
         variant = more.plain_before if deleted else more.plain_after
@@ -160,7 +165,7 @@ class Change:
             if more.shared:
                 more = self.more = more.own()
             if more.by_of is not None:
-                more.by, more.by_of = more.by_of(self.rv), None
+                more.by, more.by_of = more.by_of(at[1]), None
             if plain:
                 item = variant
             elif deleted and more.before is not None:
@@ -170,7 +175,7 @@ class Change:
             else:
                 item = self.item
             assert item is not None
-            position = revision(self.seq) if own is None else own
+            position = revision(at[0]) if own is None else own
             encoded = framing.frame(
                 framing.change_line(
                     type_, self.route, item, position, None if deleted else more.by
@@ -190,19 +195,20 @@ class Change:
         allowed: Allowed | None,
         sse: bool,
         revision: Callable[[int], bytes],
+        at: Place,
         full_view: Callable[[Owners, Allowed | None], str] | None = None,
         own: bytes | None = None,
     ) -> bytes | None:
-        """This change as a stream sees it; `full_view` (Service.full_view) picks, in the
-        full view, whether it sees a member's `pool`."""
+        """This change (the history's entry `at`) as a stream sees it; `full_view`
+        (Service.full_view) picks, in the full view, whether it sees a member's `pool`."""
         was = shown(self.owners_before, kind, allowed)
         now = shown(self.owners_after, kind, allowed)
         if now:
             plain = full_view is not None and full_view(self.owners_after, allowed) != "full"
-            return self.frame("MODIFIED" if was else "ADDED", sse, revision, plain, own)
+            return self.frame("MODIFIED" if was else "ADDED", sse, revision, at, plain, own)
         if was:
             plain = full_view is not None and full_view(self.owners_before, allowed) != "full"
-            return self.frame("DELETED", sse, revision, plain, own)
+            return self.frame("DELETED", sse, revision, at, plain, own)
         return None
 
     @property
@@ -227,8 +233,10 @@ class History:
         self.kind = kind
         self.budget = budget
         self.changes: list[Change] = []
-        self._seqs: list[int] = []
-        # Each entry's bytes as counted when it came (its item may be packed since).
+        # Each entry's sequence, the resourceVersion that caused it, and its bytes as counted
+        # when it came (its item may be packed since).
+        self._seqs = array("q")
+        self._rvs: array[int] | list[int] = array("q")
         self._sizes = array("q")
         # With `pack`: each route's newest entry; the one a newer entry replaces is packed.
         self._pack = pack
@@ -248,13 +256,22 @@ class History:
     def __len__(self) -> int:
         return len(self.changes) - self._start
 
-    def live(self) -> list[Change]:
-        return self.changes[self._start :]
+    def live(self) -> Iterator[tuple[Place, Change]]:
+        """Each entry kept, oldest first: its sequence and version, and its change."""
+        seqs, rvs, changes = self._seqs, self._rvs, self.changes
+        for i in range(self._start, len(changes)):
+            yield (seqs[i], rvs[i]), changes[i]
 
-    def append(self, change: Change) -> None:
+    def append(self, seq: int, rv: int, change: Change) -> None:
         size = change.size
         self.changes.append(change)
-        self._seqs.append(change.seq)
+        self._seqs.append(seq)
+        try:
+            self._rvs.append(rv)
+        except OverflowError:
+            # Past 64 bits (KEP-5504 allows any length; conformance tests go to 128): kept
+            # as int objects from then on.
+            self._rvs = [*self._rvs, rv]
         self._sizes.append(size)
         self.bytes += size
         newest = self._newest
@@ -269,36 +286,36 @@ class History:
         cursor is below it has lost an entry it needed."""
         changes, start, newest = self.changes, self._start, self._newest
         while self.bytes > self.budget and start < len(changes):
-            change = changes[start]
+            change, rv = changes[start], self._rvs[start]
             self.bytes -= self._sizes[start]
+            self.floor = self._seqs[start]
             start += 1
-            self.floor = change.seq
             if newest is not None and newest.get(change.route) is change:
                 del newest[change.route]
-            if change.rv > self.floor_rv.get(change.source, 0):
-                self.floor_rv[change.source] = change.rv
+            if rv > self.floor_rv.get(change.source, 0):
+                self.floor_rv[change.source] = rv
                 self.floor_state.pop(change.source, None)
         if start > 1024 and start > len(changes) // 2:
             del changes[:start]
             del self._seqs[:start]
+            del self._rvs[:start]
             del self._sizes[:start]
             start = 0
         self._start = start
         return self.floor
 
-    def after(self, cursor: int, limit: int) -> tuple[list[Change], int, bool]:
-        """Entries after `cursor`, about `limit` bytes of them, the sequence read to, and
-        whether that was all there is."""
-        at = max(bisect.bisect_right(self._seqs, cursor), self._start)
-        out: list[Change] = []
+    def after(self, cursor: int, limit: int) -> tuple[list[tuple[Place, Change]], int, bool]:
+        """Entries after `cursor` (each its sequence and version, and its change), about
+        `limit` bytes of them, the sequence read to, and whether that was all there is."""
+        seqs, rvs, changes = self._seqs, self._rvs, self.changes
+        at = max(bisect.bisect_right(seqs, cursor), self._start)
+        out: list[tuple[Place, Change]] = []
         taken = 0
-        changes = self.changes
         for i in range(at, len(changes)):
-            change = changes[i]
-            out.append(change)
+            out.append(((seqs[i], rvs[i]), changes[i]))
             taken += self._sizes[i]
             if taken >= limit:
-                return out, change.seq, i == len(changes) - 1
+                return out, seqs[i], i == len(changes) - 1
         return out, cursor, True
 
 
@@ -526,9 +543,9 @@ class ChangeLog:
                     raise Expired(f"revision {revision!r} is older than the history kept")
                 floor[source] = (first[source], listed[1] + 1)
         reached = versions_of(floor)
-        for change in history.live():
-            if not reached_by(change, reached):
-                return change.seq - 1, floor
+        for (seq, rv), change in history.live():
+            if not reached_by(change.source, rv, reached):
+                return seq - 1, floor
         return self.seq, floor
 
     def caught_up(self, reached: dict[Source, int]) -> bool:
@@ -787,11 +804,11 @@ class ChangeLog:
                 more = self._more
                 if kept is not None or plain_before is not None or plain_after is not None:
                     more = More(self._by_json_of, kept, plain_before, plain_after)
-                change = Change(self.seq, route, item, old_owners, owners, source, rv, more)
+                change = Change(route, item, old_owners, owners, source, more)
                 for kind in _kinds_of(old_owners, owners):
                     history = self.histories.get((view, kind))
                     if history is not None:
-                        history.append(change)
+                        history.append(self.seq, rv, change)
                         touched[(view, kind)] = history
         if self.seq != start:
             self._mark(tuple(lasts.values()), lowest)
@@ -868,10 +885,10 @@ def versions_of(floor: Floor) -> dict[Source, int]:
     return {source: version for source, (version, _) in floor.items()}
 
 
-def reached_by(change: Change, reached: dict[Source, int]) -> bool:
-    """Whether a revision that reached these versions had seen `change` (one caused by no
-    informer never was)."""
-    return change.rv <= reached.get(change.source, -1)
+def reached_by(source: Source, rv: int, reached: dict[Source, int]) -> bool:
+    """Whether a revision that reached these versions had seen a change `source` caused at
+    `rv` (one caused by no informer never was)."""
+    return rv <= reached.get(source, -1)
 
 
 def _varint(out: bytearray, value: int) -> None:

@@ -294,15 +294,34 @@ def test_a_history_uncounts_an_entry_as_it_counted_it_however_it_was_framed_sinc
     who = More(lambda rv: b'{"actor":"someone","via":"kubectl-edit"}', shared=True)
     packed: list[Change] = []
     history = History("summary", None, 0, 1 << 20, lambda view, c: packed.append(c))
-    first = Change(1, "chat", b'{"route":"chat","priority":1}', owners, owners, source, 7, who)
-    history.append(first)
-    first.frame("ADDED", False, lambda seq: b"1")
-    history.append(Change(2, "chat", b'{"route":"chat"}', owners, owners, source, 8, who))
+    first = Change("chat", b'{"route":"chat","priority":1}', owners, owners, source, who)
+    history.append(1, 7, first)
+    first.frame("ADDED", False, lambda seq: b"1", (1, 7))
+    history.append(2, 8, Change("chat", b'{"route":"chat"}', owners, owners, source, who))
     assert packed == [first]  # the newer change of its route replaced its item
     first.item = b"x"
     history.budget = 0
     history.trim()
     assert (len(history), history.bytes) == (0, 0)
+
+
+def test_a_history_keeps_resource_versions_past_64_bits() -> None:
+    # KEP-5504 lets a resourceVersion be any decimal integer (the conformance tests reach 128
+    # bits): the history's array of machine integers gives way to one of int objects.
+    owners = (("llm", "a", ""),)
+    source = (LLM, "", "")
+    history = History("summary", None, 0, 1 << 20)
+    huge = 2**100
+    for seq, rv in ((1, 7), (2, huge), (3, huge + 1)):
+        more = More(None, shared=True)
+        history.append(seq, rv, Change(f"r{seq}", b'{"route":"r"}', owners, owners, source, more))
+    assert [place for place, _ in history.live()] == [(1, 7), (2, huge), (3, huge + 1)]
+    entries, _, complete = history.after(1, 1 << 20)
+    assert [place for place, _ in entries] == [(2, huge), (3, huge + 1)]
+    assert complete
+    history.budget = 0
+    history.trim()
+    assert history.floor_rv[source] == huge + 1
 
 
 async def test_a_revision_too_old_from_the_future_or_garbage_is_expired() -> None:
