@@ -114,7 +114,8 @@ def entries_of(kept: tuple[Fact, ...]) -> list[Obj]:
 
 
 def _interned(fact: Fact) -> Fact:
-    """A fact with the event's own strings: a few managers and operations name every fact."""
+    """`fact` with its manager and operation interned, not the event's own copies: a few of
+    each name every fact."""
     manager, operation, time, fields = fact
     return (sys.intern(manager), sys.intern(operation), time, fields)
 

@@ -793,8 +793,8 @@ class History:
 
 
 def _interned(owner: Owner) -> Owner:
-    """An owner with the event's own strings: a handful of managers, operations and fields
-    name every owner kept (each second's CRs share one, not all CRs)."""
+    """`owner` with its strings interned, not the event's own copies: a handful of managers,
+    operations and fields name every owner kept (each second's CRs share one, not all CRs)."""
     by = owner.overridden_by
     return replace(
         owner,
