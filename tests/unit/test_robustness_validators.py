@@ -13,7 +13,7 @@ from robustness.__main__ import main
 from robustness.model import build
 from robustness.recording import GAP, Request, Truth, load
 from robustness.validators import VALIDATORS, Violation, report, validate
-from tests.unit.robustness_builder import Builder, item
+from tests.unit.robustness_builder import Builder, Session, item
 
 
 def clean() -> Builder:
@@ -330,6 +330,15 @@ def test_a_state_the_harness_watch_missed_in_its_gap_is_not_held_against_a_strea
     assert validate(b.finish(), ("streams",)) == []
 
 
+def _send_chat(b: Builder, session: Session, priorities: tuple[int, ...]) -> None:
+    """Lines a replica sends `session` by hand: chat as it is now, at each of `priorities`."""
+    obj = copy.deepcopy(b.crs["chat"])
+    for n, priority in enumerate(priorities):
+        obj["spec"]["priority"] = priority
+        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
+        b.line(session, {**line, "revision": f"{session.watcher}-{session.number}-{n}"})
+
+
 def _replayed(b: Builder, fault: bool = False, caps_before: float | None = None) -> Builder:
     """A watcher that had chat's newest state resumes on another replica, which sends the
     route's two changes before it again, in order: its revision named a version from before
@@ -348,11 +357,7 @@ def _replayed(b: Builder, fault: bool = False, caps_before: float | None = None)
     first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
     b.close(first, "drop")
     again = b.watch("w1", replica="a", since=True)
-    obj = copy.deepcopy(b.crs["chat"])
-    for priority in (2, 3):
-        obj["spec"]["priority"] = priority
-        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
-        b.line(again, {**line, "revision": f"z{priority}"})
+    _send_chat(b, again, (2, 3))
     assert third.status == 200
     return b
 
@@ -403,11 +408,7 @@ def _replayed_back_to_a_like_state(b: Builder, caps_before: float | None) -> Bui
     first = next(s for s in b.sessions if s.watcher == "w1" and s.live)
     b.close(first, "drop")
     again = b.watch("w1", replica="a", since=True)
-    obj = copy.deepcopy(b.crs["chat"])
-    for n, priority in enumerate((4, 8, 4)):
-        obj["spec"]["priority"] = priority
-        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
-        b.line(again, {**line, "revision": f"z{n}"})
+    _send_chat(b, again, (4, 8, 4))
     return b
 
 
@@ -438,11 +439,7 @@ def _opened_behind(b: Builder, first: int | None, after: float = 1.0) -> Builder
     b.put("chat", {"priority": 4})
     b.tick(after)
     session = b.watch("w3")  # its initial chat: priority 4, as chat is now, and as at `first`
-    obj = copy.deepcopy(b.crs["chat"])
-    for n, priority in enumerate((8, 4)):
-        obj["spec"]["priority"] = priority
-        line = {"type": "MODIFIED", "route": "chat", "object": item(obj)}
-        b.line(session, {**line, "revision": f"late{n}"})
+    _send_chat(b, session, (8, 4))
     return b
 
 
