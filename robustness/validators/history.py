@@ -233,9 +233,10 @@ def _retention(
     recording: Recording, ground: Ground, revisions_of: dict[str, dict[int, Revision]]
 ) -> list[Violation]:
     limit = int(recording.settings.get("history_entries", 20))
-    # Each revision stored is followed by a prune to the bound from a list of all the CR's
-    # revisions (slo_api/history.py): once the run has settled, a CR holds more only if its
-    # newest revision's replica may have stopped before pruning (a fault under way then).
+    # A revision stored of a CR whose generation may have passed the bound is followed by a
+    # prune to it from a list of all the CR's revisions (slo_api/history/revisions.py): once
+    # the run has settled, a CR holds more only if its newest revision's replica may have
+    # stopped before pruning (a fault under way then).
     windows = fault_windows(recording)
     found: list[Violation] = []
     for uid, revs in revisions_of.items():

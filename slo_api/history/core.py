@@ -91,12 +91,16 @@ BY_KEPT = 4096
 FIRSTS_AT_ONCE = 1000
 # Reads of the newest revision of GitOps-marked CRs after a restart, at once.
 SEEDS_AT_ONCE = 4
-# Recordings stored at once (each a create, then a prune): a GitOps sync that changes 10,000
-# CRs is recorded a few at a time, not as 10,000 requests at once, each a task holding its
-# change while it waits for a connection (a peak the pod's memory limit would have to hold,
-# and containers grown for it that never shrink). Each storer keeps a TLS connection to the
-# API server open (its buffers take 256 KiB); fewer than eight let a sync's backlog grow, and
-# each queued recording holds its CR.
+# Recordings stored at once (each a create, and a prune once the CR may hold more than the
+# bound): a GitOps sync that changes 10,000 CRs is recorded a few at a time, not as 10,000
+# requests at once, each a task holding its change while it waits for a connection (a peak
+# the pod's memory limit would have to hold, and containers grown for it that never shrink).
+# Each storer keeps a TLS connection to the API server open, whose buffers (256 KiB) the
+# allocator keeps once it closes; a recording waiting holds its change (a KB or two). So
+# STORERS at once, and one more for each BACKLOG_PER_STORER waiting, up to STORES_AT_ONCE:
+# on a busy API server fewer let a sync's backlog grow past what the connections cost.
+STORERS = 4
+BACKLOG_PER_STORER = 256
 STORES_AT_ONCE = 8
 # What a recording reads of a CR (see revisions.revision_of): the rest is not kept for it.
 _RECORDED = ("apiVersion", "kind", "metadata", "spec")
@@ -248,7 +252,7 @@ class History:
         # CRs first seen in a list, waiting to be looked at (see _first_sight).
         self._firsts: list[_Seen] = []
         self._firsts_task: asyncio.Task[None] | None = None
-        self.revisions = Revisions(kube, limit, self.metrics, pause)
+        self.revisions = Revisions(kube, limit, self.metrics, pause, self._newest_generation)
         self.legacy = Legacy(kube, self.kinds, self.revisions)
 
     @property
@@ -332,6 +336,15 @@ class History:
             if seen is not None and seen.uid == uid:
                 return seen
         return None
+
+    def _newest_generation(self, obj: Obj) -> int | None:
+        """The newest generation observed of the CR `obj` is a state of: `obj`'s own, or a
+        later state's seen since; None when `obj` has none."""
+        gen, uid = generation(obj), uid_of(obj)
+        seen = self._last_seen(obj, uid) if uid else None
+        if gen is None or seen is None or seen.gen is None:
+            return gen
+        return max(gen, seen.gen)
 
     def _owners(self, uid: str) -> dict[str, Owner] | None:
         kept = self._remembered.get(uid)
@@ -664,22 +677,28 @@ class History:
     def _queue(
         self, work: Callable[[], Awaitable[None]], first: bool = False
     ) -> asyncio.Future[None]:
-        """Store a recording (`work`) once one of the STORES_AT_ONCE storers is free; the
-        future is done once it is. This replica's own writes go `first`: their callers' reads
-        here wait for them, not for a GitOps sync's thousands."""
+        """Store a recording (`work`) once a storer is free (see STORERS); the future is
+        done once it is. This replica's own writes go `first`: their callers' reads here
+        wait for them, not for a GitOps sync's thousands."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if first:
             self._store_queue.appendleft((work, done))
         else:
             self._store_queue.append((work, done))
-        if self._storers < STORES_AT_ONCE:
+        if self._storers < self._storers_wanted():
             self._storers += 1
             self._spawn(self._storer())
         return done
 
+    def _storers_wanted(self) -> int:
+        waiting = len(self._store_queue)
+        return min(STORES_AT_ONCE, STORERS + waiting // BACKLOG_PER_STORER)
+
     async def _storer(self) -> None:
         try:
-            while self._store_queue:
+            # One beyond those the backlog wants (it shrank) stops: its connection goes back
+            # to the pool, to close once idle.
+            while self._store_queue and self._storers <= self._storers_wanted():
                 work, done = self._store_queue.popleft()
                 if done.cancelled():
                     continue  # nobody waits for it any more: closing

@@ -3,9 +3,10 @@ namespace, owned by the CR (the garbage collector removes them with it), labelle
 CR's uid, and named from that uid and the resourceVersion the change made (`revision_name`):
 the same change always gets the same name, so a second replica's create of it is an
 AlreadyExists that changes nothing. Each CR keeps its newest `limit` revisions: whichever
-replica stores one then lists the CR's revisions and deletes the oldest beyond them (see
-`Revisions.prune`). A placeholder (a change no replica could attribute) and a revision made
-across a relist's gap give way to the writer's own record (see `Revisions.create`).
+replica stores one of a CR that may hold more by now then lists the CR's revisions and deletes
+the oldest beyond them (see `Revisions.prune` and `Revisions.within_bound`). A placeholder (a
+change no replica could attribute) and a revision made across a relist's gap give way to the
+writer's own record (see `Revisions.create`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import orjson
 
 from slo_api import versions
 from slo_api.history.attribution import SELF, UNKNOWN
-from slo_api.history.changes import Change, body_of, capped, owned_fields
+from slo_api.history.changes import Change, body_of, capped, generation, owned_fields
 from slo_api.index import resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
 from slo_api.kube import Kube, KubeError, Resource, log_failure
@@ -186,10 +187,13 @@ class Revisions:
         limit: int,
         metrics: Metrics,
         pause: Callable[[float], Awaitable[object]] | None = None,
+        newest_generation: Callable[[Obj], int | None] = generation,
     ) -> None:
         self.kube = kube
         self.limit = limit
         self.metrics = metrics
+        # The newest generation observed of the CR a state is of (see within_bound).
+        self.newest_generation = newest_generation
         # How a recording waits before it retries: the runtime's wakes when the API server
         # answers again after an outage (True then), so no outage-grown backoff is slept out.
         self.pause: Callable[[float], Awaitable[object]] = pause or asyncio.sleep
@@ -225,7 +229,8 @@ class Revisions:
                     self.count("stored" if stored else "already")
                     if not stored:
                         return
-                await self.prune(namespace, uid_of(change.obj) or "")
+                if not self.within_bound(change):
+                    await self.prune(namespace, uid_of(change.obj) or "")
                 return
             except KubeError as exc:
                 delay = exc.retry_after or backoff.next()
@@ -345,11 +350,24 @@ class Revisions:
             if not continue_:
                 return items
 
+    def within_bound(self, change: Change) -> bool:
+        """Whether the CR of `change` cannot hold more than `limit` revisions yet, so storing
+        it needs no prune. Its client-owned fields are all in its spec, so each revision
+        is a change of the spec, which the API server counts in `metadata.generation` (1 at
+        creation): a CR at generation g has had at most g - 1. The newest generation
+        observed of the CR, not the change's own: a change stored late (behind a newer one
+        that was pruned meanwhile) is pruned too. A revision made across a relist's gap
+        is named for the listed version, which may come after its change's (a status update
+        since), while another replica names it for the change's own: always pruned."""
+        gen = self.newest_generation(change.obj)
+        return gen is not None and gen - 1 <= self.limit and change.gap is None
+
     async def prune(self, namespace: str, uid: str) -> None:
-        """Keep the CR's newest `limit` changes, whichever replica recorded each: after each
-        revision stored, the CR's revisions are listed (as the API server holds them: at
-        most `limit` and the few recorded meanwhile) and the oldest beyond the bound deleted.
-        A change's spare copy (see `replace`) counts with it and goes with it."""
+        """Keep the CR's newest `limit` changes, whichever replica recorded each: after a
+        revision stored (of a CR that may hold more: see `within_bound`), the CR's
+        revisions are listed (as the API server holds them: at most `limit` and the few
+        recorded meanwhile) and the oldest beyond the bound deleted. A change's spare copy
+        (see `replace`) counts with it and goes with it."""
         changes: dict[str, list[Obj]] = {}
         for item in await self.listed(namespace, uid):
             changes.setdefault(str(data_of(item).get("id")), []).append(item)

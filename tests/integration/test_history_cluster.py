@@ -192,7 +192,8 @@ async def test_the_bound_holds_and_the_history_goes_with_its_cr(
         assert [e["after"]["priority"] for e in history["items"]] == [7, 6, 5]
         uid = admin.get(crs.SLO, "LLMSLORequirement", ns, "chat")["metadata"]["uid"]
         await service.runtime.history.close()
-        # Pruned in the store too: each revision stored is followed by a prune to the bound.
+        # Pruned in the store too: past generation 4 (the bound + 1), each revision stored
+        # is followed by a prune to the bound.
         assert len(_revisions(admin, ns, uid)) == 3
         # A route that never changed has no revision at all.
         admin.create(crs.llm(ns, "quiet", service_id=f"{route}-quiet"))

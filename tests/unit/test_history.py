@@ -7,6 +7,7 @@ import asyncio
 import copy
 import gc
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -15,7 +16,7 @@ import pytest
 from slo_api.errors import ApiError
 from slo_api.history import History, writer
 from slo_api.history.changes import VALUE_CAP, capped, changes_between, owned_body
-from slo_api.history.core import MINE_KEPT, STORES_AT_ONCE
+from slo_api.history.core import BACKLOG_PER_STORER, MINE_KEPT, STORERS, STORES_AT_ONCE
 from slo_api.history.legacy import LEGACY_LABEL
 from slo_api.history.revisions import REVISIONS
 from slo_api.index import Entry
@@ -385,6 +386,68 @@ def test_a_prune_the_api_server_refused_for_a_moment_is_retried() -> None:
             replica.observe(PLURAL, GROUP, NAME, _state(10 + n, manager, priority=n))
             await _settle(replica)
         assert [e["id"] for e in _revisions(kube)] == ["12", "13", "14"]
+
+    vtime.run(scenario())
+
+
+def _revision_lists(calls: list[str]) -> Any:
+    """An `error_callback` that notes each list of revisions (what a prune starts with)."""
+
+    def callback(method: str, *args: Any) -> None:
+        if method == "list" and args[0] == REVISIONS:
+            calls.append("list")
+
+    return callback
+
+
+def test_a_cr_whose_generation_keeps_it_within_the_bound_is_not_listed_to_prune() -> None:
+    # Listing a CR's revisions is a label-selected list the API server answers by going
+    # through every revision in the namespace: after each of a GitOps sync's 10,000 stores,
+    # for CRs that cannot hold `limit` revisions yet, it is work (and a connection each) for
+    # nothing. Each revision is a change of the spec, which the generation counts.
+    async def scenario() -> None:
+        lists: list[str] = []
+        kube = FakeKube(error_callback=_revision_lists(lists))
+        replica = _replica(kube, limit=3)
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(1, manager, priority=0))  # generation 1
+        for n in range(1, 4):
+            replica.observe(PLURAL, GROUP, NAME, _state(1 + n, manager, priority=n))
+            await _settle(replica)
+        assert [e["id"] for e in _revisions(kube)] == ["2", "3", "4"]
+        assert lists == []
+        # Generation 5: a fourth change; from now on each store is followed by a prune.
+        for n in range(4, 6):
+            replica.observe(PLURAL, GROUP, NAME, _state(1 + n, manager, priority=n))
+            await _settle(replica)
+        assert [e["id"] for e in _revisions(kube)] == ["4", "5", "6"]
+        assert lists == ["list", "list"]
+
+    vtime.run(scenario())
+
+
+def test_a_change_stored_after_a_newer_one_was_pruned_is_pruned_too() -> None:
+    # The older change is young by its own generation, but the CR has moved past the bound:
+    # the newer change's prune listed the revisions before the older one was stored.
+    async def scenario() -> None:
+        held = asyncio.Event()
+
+        async def slow(method: str, *args: Any) -> None:
+            if method == "create" and args[2]["metadata"]["name"] == "u1.3":
+                await held.wait()
+
+        kube = FakeKube(error_callback=slow)
+        replica = _replica(kube, limit=3)
+        manager = _managed(CREATED, ("kubectl-patch", "2026-01-02T00:00:00Z", ["priority"]))
+        replica.observe(PLURAL, GROUP, NAME, _state(1, manager, priority=0))
+        for n in range(1, 6):
+            replica.observe(PLURAL, GROUP, NAME, _state(1 + n, manager, priority=n))
+            for _ in range(50):
+                await asyncio.sleep(0)
+        assert [e["id"] for e in _revisions(kube)] == ["4", "5", "6"]  # pruned meanwhile
+        held.set()
+        await _settle(replica)
+        assert [e["id"] for e in _revisions(kube)] == ["4", "5", "6"]
 
     vtime.run(scenario())
 
@@ -768,21 +831,28 @@ def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_come
     vtime.run(scenario())
 
 
+def _held_creates() -> tuple[asyncio.Event, list[int], Callable[..., Awaitable[None]]]:
+    """An `error_callback` that holds every create until the event is set, and how many are
+    under way: now, and the most at once."""
+    gate = asyncio.Event()
+    flying = [0, 0]
+
+    async def slow_create(method: str, *args: Any) -> None:
+        if method != "create":
+            return
+        flying[0] += 1
+        flying[1] = max(flying)
+        await gate.wait()
+        flying[0] -= 1
+
+    return gate, flying, slow_create
+
+
 def test_a_burst_of_changes_is_recorded_a_few_requests_at_a_time() -> None:
     # A GitOps sync that changes hundreds of CRs at once: their revisions are stored a few
     # at a time, not each in a request (and a task holding its change) of its own at once.
     async def scenario() -> None:
-        gate = asyncio.Event()
-        flying = [0, 0]  # now, most at once
-
-        async def slow_create(method: str, *args: Any) -> None:
-            if method != "create":
-                return
-            flying[0] += 1
-            flying[1] = max(flying)
-            await gate.wait()
-            flying[0] -= 1
-
+        gate, flying, slow_create = _held_creates()
         kube = FakeKube(error_callback=slow_create)
         replica = _replica(kube)
         crs = 200
@@ -794,6 +864,39 @@ def test_a_burst_of_changes_is_recorded_a_few_requests_at_a_time() -> None:
         await _settle(replica)
         assert all(len(_revisions(kube, f"u{i}")) == 1 for i in range(crs))
         assert flying[1] <= STORES_AT_ONCE, flying
+
+    vtime.run(scenario())
+
+
+def test_more_recordings_are_stored_at_once_only_while_a_backlog_waits() -> None:
+    # Each storer holds a TLS connection to the API server (256 KiB of buffers, which the
+    # allocator keeps once it closes): a few changes are stored a few at a time; only a
+    # backlog that would cost more than connections gets more at once.
+    async def scenario() -> None:
+        gate, flying, slow_create = _held_creates()
+        kube = FakeKube(error_callback=slow_create)
+        replica = _replica(kube)
+        _sync(replica, range(20))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert flying[1] == STORERS
+        behind = 20 + (STORES_AT_ONCE - STORERS) * BACKLOG_PER_STORER
+        _sync(replica, range(20, behind))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert flying[1] == STORES_AT_ONCE
+        gate.set()
+        await _settle(replica)
+        assert all(len(_revisions(kube, f"u{i}")) == 1 for i in range(behind))
+        # Caught up: a few again.
+        gate.clear()
+        flying[1] = 0
+        _sync(replica, range(behind, behind + 20))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert flying[1] == STORERS
+        gate.set()
+        await _settle(replica)
 
     vtime.run(scenario())
 
