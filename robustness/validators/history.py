@@ -3,6 +3,8 @@ right actor; nothing for a change that never happened; one history per CR; the b
 
 from __future__ import annotations
 
+import itertools
+
 from robustness.model import (
     WRITES,
     Ground,
@@ -202,30 +204,58 @@ def _gapped(states: list[State], rv: int) -> bool:
     )
 
 
+def _repeats(rev: Revision, revs: dict[int, Revision], ground: Ground) -> bool:
+    before = max((i for i in revs if i < rev.id), default=None)
+    if not rev.across or before is None:
+        return False
+    state, previous = ground.by_rv.get(rev.id), ground.by_rv.get(before)
+    return state is not None and previous is not None and state.owned == previous.owned
+
+
 def _reads(recording: Recording, ground: Ground) -> list[Violation]:
-    """Each history read shows one CR's revisions only (a re-created CR starts over)."""
+    """Each history read shows one CR's revisions only (a re-created CR starts over), and
+    each change once: no entry at a state the CR reached without leaving the fields of the
+    entry before it (a relist's revision that folds changes another replica recorded one
+    by one)."""
     found: list[Violation] = []
     for r in recording.requests:
         bare = r.path.split("?", 1)[0]
         if r.method != "GET" or not bare.endswith("/history") or r.status != 200:
             continue
         items = (r.response_body or {}).get("items") or []
-        uids = set()
+        read: list[State] = []
         for item in items:
             ident = str(item.get("id", ""))
             state = ground.by_rv.get(int(ident)) if ident.isdigit() else None
             if state is not None:
-                uids.add(state.uid)
+                read.append(state)
+        route = route_of_path(bare.removesuffix("/history"))
+        uids = {s.uid for s in read}
         if len(uids) > 1:
             found.append(
                 Violation(
                     "history",
                     PROMISE,
                     f"one history read mixes the revisions of {len(uids)} CRs",
-                    route_of_path(bare.removesuffix("/history")),
+                    route,
                     [describe_request(r)],
                 )
             )
+            continue
+        read.sort(key=lambda s: s.rv)
+        for older, newer in itertools.pairwise(read):
+            between = [s for s in ground.states.get(older.uid, []) if older.rv < s.rv <= newer.rv]
+            if all(s.owned == older.owned and not s.after_gap for s in between):
+                found.append(
+                    Violation(
+                        "history",
+                        PROMISE,
+                        f"one history read shows the change at rv {older.rv} again at rv "
+                        f"{newer.rv}, where nothing client-owned changed",
+                        route,
+                        [describe_request(r), describe_state(older), describe_state(newer)],
+                    )
+                )
     return found
 
 
@@ -244,7 +274,11 @@ def _retention(
         if not states or states[-1].deleted:
             continue
         kept = sorted(r.id for r in revs.values() if r.deleted is None)
-        dropped = [r.id for r in revs.values() if r.deleted is not None]
+        # A revision made across a relist's gap that repeats the one before it (the CR's
+        # fields the same at both) is deleted whenever it is found, not pruned by age.
+        dropped = [
+            r.id for r in revs.values() if r.deleted is not None and not _repeats(r, revs, ground)
+        ]
         problems = []
         newest = max((r.time for r in revs.values()), default=0.0)
         if len(kept) > limit and not during_fault(windows, newest, newest):

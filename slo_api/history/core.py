@@ -67,10 +67,12 @@ from slo_api.history.legacy import Legacy
 from slo_api.history.revisions import (
     ROLE,
     Revisions,
+    across_relist,
     data_of,
     is_placeholder,
     order,
     owners_of,
+    repeats,
 )
 from slo_api.index import Entry, Name, exact, group_of, resource_version, uid_of
 from slo_api.kinds.base import Kind, Obj
@@ -775,15 +777,23 @@ class History:
         except KubeError as exc:
             raise failure(exc, "reading a route's history", ROLE) from None
         entries: dict[str, Obj] = {}
-        for e in map(data_of, items):
+        # Per change, whether it was made across a relist's gap: all its copies were (a
+        # replacement's are not).
+        across: dict[str, bool] = {}
+        for item in items:
+            e = data_of(item)
+            ident = str(e.get("id"))
             # One entry per change: a replacement (or its spare copy) over a placeholder.
-            held = entries.get(str(e.get("id")))
+            held = entries.get(ident)
             if e and (held is None or is_placeholder(held)):
-                entries[str(e.get("id"))] = e
+                entries[ident] = e
+            across[ident] = across.get(ident, True) and across_relist(item)
         if self.legacy.left is not False:
             for e in await self.legacy.entries(target):
                 entries.setdefault(str(e.get("id")), e)
-        out = sorted(entries.values(), key=order, reverse=True)
+        oldest = sorted(entries.values(), key=order)
+        repeated = repeats([(e, across.get(str(e.get("id")), False)) for e in oldest])
+        out = [e for e, repeat in zip(oldest, repeated, strict=True) if not repeat][::-1]
         out = out[: self.limit] if self.limit else out
         return [{**e, "migrated": e.get("migrated") is True} for e in out]
 

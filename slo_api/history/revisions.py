@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import orjson
 
@@ -114,6 +114,25 @@ def data_of(revision: Obj) -> Obj:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def repeats(oldest_first: Sequence[tuple[Obj, bool]]) -> list[bool]:
+    """Which of a CR's entries (oldest first, each with whether its revision was made across
+    a relist's gap) repeat what the ones before them hold: one made across a gap whose
+    `after` is what the entry before it left. Such a revision is named for the version its
+    replica's relist showed, which may come after the gap's last change (a status update
+    since), while another replica that saw the states one by one recorded each change at its
+    own version: the gap's revision folds them again. One left by a change nobody else
+    recorded shows fields the entry before it does not."""
+    out: list[bool] = []
+    last: object = None
+    for entry, across in oldest_first:
+        after = entry.get("after")
+        repeat = across and last is not None and after == last
+        out.append(repeat)
+        if not repeat:
+            last = after
+    return out
 
 
 def is_placeholder(entry: Obj) -> bool:
@@ -366,13 +385,18 @@ class Revisions:
         """Keep the CR's newest `limit` changes, whichever replica recorded each: after a
         revision stored (of a CR that may hold more: see `within_bound`), the CR's
         revisions are listed (as the API server holds them: at most `limit` and the few
-        recorded meanwhile) and the oldest beyond the bound deleted. A change's spare copy
-        (see `replace`) counts with it and goes with it."""
+        recorded meanwhile) and the oldest beyond the bound deleted, with any that repeat
+        the ones before them (see `repeats`). A change's spare copy (see `replace`) counts
+        with it and goes with it."""
         changes: dict[str, list[Obj]] = {}
         for item in await self.listed(namespace, uid):
             changes.setdefault(str(data_of(item).get("id")), []).append(item)
         oldest_first = sorted(changes.values(), key=lambda copies: order(data_of(copies[0])))
-        for copies in oldest_first[: max(0, len(oldest_first) - self.limit)]:
+        # A change's copies: made across a gap only if all are (a replacement's are not).
+        repeated = repeats([(data_of(c[0]), all(map(across_relist, c))) for c in oldest_first])
+        gone = [c for c, repeat in zip(oldest_first, repeated, strict=True) if repeat]
+        kept = [c for c, repeat in zip(oldest_first, repeated, strict=True) if not repeat]
+        for copies in gone + kept[: max(0, len(kept) - self.limit)]:
             for item in copies:
                 meta = item.get("metadata") or {}
                 try:

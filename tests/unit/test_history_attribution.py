@@ -137,6 +137,72 @@ def test_a_write_a_relist_skipped_to_is_the_caller_s_though_another_replica_saw_
     vtime.run(scenario())
 
 
+def _change_then_status() -> list[dict[str, Any]]:
+    """A CR created (10), kubectl's priority change (11), then a status update (12): the
+    version a relist across both shows is the status update's, not the change's."""
+    steps = [_state(10, _managed(CREATED), priority=1)]
+    steps.append(_state(11, _managed(CREATED, PATCHED), priority=5))
+    status = _state(12, _managed(CREATED, PATCHED), priority=5)
+    status["metadata"]["generation"] = 11  # a status update: the spec's generation stays
+    status["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    steps.append(status)
+    return steps
+
+
+@pytest.mark.parametrize("relisted_first", [False, True])
+def test_a_change_a_relist_folds_after_another_replica_saw_it_is_read_once(
+    relisted_first: bool,
+) -> None:
+    """One replica's watch breaks across kubectl's change and a status update after it; the
+    other sees each step and records the change at its version (11). The relist's revision
+    is named for the version it shows (12), and repeats that change: a read shows it once,
+    whichever replica stored first, and its replica's prune deletes it once the other's is in."""
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        relisting, watching = _replica(kube), _replica(kube)
+        steps = _change_then_status()
+        index = _watching(relisting, steps[0])
+        for state in steps:
+            watching.observe(PLURAL, GROUP, NAME, state)
+        if relisted_first:
+            index.replace(PLURAL, [index.entry(PLURAL, steps[2])], GROUP)
+            await _settle(relisting)
+            await _settle(watching)
+        else:
+            await _settle(watching)
+            index.replace(PLURAL, [index.entry(PLURAL, steps[2])], GROUP)
+            await _settle(relisting)
+            assert _across(kube) == {"11": False}  # deleted by its own replica's prune
+        for replica in (relisting, watching):
+            read = await replica.read(Target.of("a", LLM, steps[2]))
+            assert [(e["id"], _by(e)[0], e["changes"]) for e in read] == [
+                ("11", "kubectl-patch", [{"field": "priority", "from": 1, "to": 5}])
+            ]
+
+    vtime.run(scenario())
+
+
+def test_a_relist_that_folds_a_change_nobody_recorded_is_read() -> None:
+    """The same relist with no replica that saw the steps: the revision made across the gap
+    is the only record of the change, and is read."""
+
+    async def scenario() -> None:
+        kube = FakeKube()
+        relisting = _replica(kube)
+        steps = _change_then_status()
+        index = _watching(relisting, steps[0])
+        index.replace(PLURAL, [index.entry(PLURAL, steps[2])], GROUP)
+        await _settle(relisting)
+        read = await relisting.read(Target.of("a", LLM, steps[2]))
+        assert [(e["id"], e["changes"]) for e in read] == [
+            ("12", [{"field": "priority", "from": 1, "to": 5}])
+        ]
+        assert _across(kube) == {"12": True}
+
+    vtime.run(scenario())
+
+
 def test_a_relist_to_a_write_before_its_answer_is_split_once_the_answer_comes() -> None:
     async def scenario() -> None:
         kube = FakeKube()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,6 +169,43 @@ def test_a_recreated_cr_sharing_its_history_is_caught() -> None:
     assert "mixes the revisions of 2 CRs" in found[0].message
 
 
+def _read_history(b: Builder, *versions: str) -> None:
+    """A history read of chat answered with entries at these versions, newest first."""
+    request = b.put("chat", {"priority": 7})
+    b.recording.requests.append(
+        dataclasses.replace(
+            request,
+            method="GET",
+            path="/routes/chat/history",
+            response_body={"items": [{"id": v} for v in versions]},
+        )
+    )
+
+
+def test_a_read_showing_one_change_twice_is_caught() -> None:
+    # The change at `changed` read again at a later version where nothing client-owned
+    # changed (a relist's revision named for a status update after it).
+    b = clean()
+    b.put("chat", {"priority": 6})
+    changed = b.crs["chat"]["metadata"]["resourceVersion"]
+    b.change("chat", {"model": "llama"}, manager="deployer")  # no client-owned field
+    later = b.crs["chat"]["metadata"]["resourceVersion"]
+    _read_history(b, later, changed)
+    found = caught(b, "history")
+    assert f"shows the change at rv {changed} again at rv {later}" in found[0].message
+
+
+def test_a_read_of_a_change_and_the_change_back_passes() -> None:
+    b = clean()
+    b.put("chat", {"priority": 6})
+    changed = b.crs["chat"]["metadata"]["resourceVersion"]
+    b.change("chat", {"model": "llama"}, manager="deployer")
+    b.put("chat", {"priority": 5})
+    back = b.crs["chat"]["metadata"]["resourceVersion"]
+    _read_history(b, back, changed)
+    assert validate(b.finish(), ("history",)) == []
+
+
 def test_a_revision_replaced_by_its_writer_is_kept() -> None:
     b = clean()
     b.put("chat", {"priority": 6})
@@ -200,6 +238,38 @@ def test_the_retention_bound_is_checked() -> None:
     found = caught(b, "history")
     # One over the bound is caught, whoever stored it.
     assert "6 revisions kept, the bound is 5" in found[0].message
+
+
+def _repeat_across_a_relist(b: Builder) -> dict[str, Any]:
+    """A change, a status-like change of nothing client-owned, and a revision made across a
+    relist at the latter that repeats the change (slo-api deletes such a one when found)."""
+    b.put("chat", {"priority": 6})
+    b.change("chat", {"model": "llama"}, manager="deployer")  # no client-owned field
+    rev = b.revision(
+        b.crs["chat"],
+        [{"field": "priority", "from": 5, "to": 6}],
+        {"actor": "unknown", "via": "unknown"},
+    )
+    b.recording.truth[-1].object["metadata"]["annotations"] = {
+        "slo-api.modelsphere.dev/across-relist": "true"
+    }
+    return rev
+
+
+def test_a_repeat_made_across_a_relist_deleted_before_older_revisions_passes() -> None:
+    b = clean()
+    repeat = _repeat_across_a_relist(b)
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", repeat))
+    assert validate(b.finish(), ("history",)) == []
+
+
+def test_a_revision_pruned_before_older_ones_is_caught() -> None:
+    b = clean()
+    b.put("chat", {"priority": 6})
+    newest = _revisions(b)[-1]
+    b.recording.add(Truth(b.tick(), "routerevisions", "DELETED", newest.object))
+    found = caught(b, "history")
+    assert any("was pruned before older" in v.message for v in found)
 
 
 def test_one_over_the_bound_stored_as_a_replica_stopped_is_not_held_against_slo_api() -> None:
