@@ -7,7 +7,6 @@ import asyncio
 import copy
 import gc
 import tracemalloc
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -27,7 +26,7 @@ from slo_api.ownership import Ownership
 from slo_api.service import Service, Target
 from tests.unit import vtime
 from tests.unit.conftest import AUTH, Started, llm_cr, pool_cr, until
-from tests.unit.fakes import FakeKube, fail
+from tests.unit.fakes import ErrorCallback, FakeKube, fail
 from tests.unit.test_feed import Reader
 
 PLURAL = "llmslorequirements"
@@ -390,7 +389,7 @@ def test_a_prune_the_api_server_refused_for_a_moment_is_retried() -> None:
     vtime.run(scenario())
 
 
-def _revision_lists(calls: list[str]) -> Any:
+def _revision_lists(calls: list[str]) -> ErrorCallback:
     """An `error_callback` that notes each list of revisions (what a prune starts with)."""
 
     def callback(method: str, *args: Any) -> None:
@@ -831,7 +830,7 @@ def test_a_writes_event_before_its_answer_is_recorded_as_soon_as_the_answer_come
     vtime.run(scenario())
 
 
-def _held_creates() -> tuple[asyncio.Event, list[int], Callable[..., Awaitable[None]]]:
+def _held_creates() -> tuple[asyncio.Event, list[int], ErrorCallback]:
     """An `error_callback` that holds every create until the event is set, and how many are
     under way: now, and the most at once."""
     gate = asyncio.Event()
