@@ -229,7 +229,8 @@ class Revisions:
         placeholder: bool = False,
     ) -> None:
         entry = entry_of(change, actor, via, request_id, client_request_id, owners)
-        body = revision_of(change.kind, change.obj, entry, across=change.gap is not None)
+        obj, across = change.obj, change.gap is not None  # decoded once, not per use
+        body = revision_of(change.kind, obj, entry, across=across)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         backoff = Backoff()
         loop = asyncio.get_running_loop()
@@ -248,8 +249,8 @@ class Revisions:
                     self.count("stored" if stored else "already")
                     if not stored:
                         return
-                if not self.within_bound(change):
-                    await self.prune(namespace, uid_of(change.obj) or "")
+                if not self.within_bound(obj, across):
+                    await self.prune(namespace, uid_of(obj) or "")
                 return
             except KubeError as exc:
                 delay = exc.retry_after or backoff.next()
@@ -369,17 +370,18 @@ class Revisions:
             if not continue_:
                 return items
 
-    def within_bound(self, change: Change) -> bool:
-        """Whether the CR of `change` cannot hold more than `limit` revisions yet, so storing
-        it needs no prune. Its client-owned fields are all in its spec, so each revision
-        is a change of the spec, which the API server counts in `metadata.generation` (1 at
-        creation): a CR at generation g has had at most g - 1. The newest generation
-        observed of the CR, not the change's own: a change stored late (behind a newer one
-        that was pruned meanwhile) is pruned too. A revision made across a relist's gap
-        is named for the listed version, which may come after its change's (a status update
-        since), while another replica names it for the change's own: always pruned."""
-        gen = self.newest_generation(change.obj)
-        return gen is not None and gen - 1 <= self.limit and change.gap is None
+    def within_bound(self, obj: Obj, across: bool) -> bool:
+        """Whether the CR that `obj` is a state of cannot hold more than `limit` revisions
+        yet, so storing a change to `obj` (`across` a relist's gap or not) needs no prune.
+        Its client-owned fields are all in its spec, so each revision is a change of the
+        spec, which the API server counts in `metadata.generation` (1 at creation): a CR at
+        generation g has had at most g - 1. The newest generation observed of the CR, not
+        `obj`'s own: a change stored late (behind a newer one that was pruned meanwhile) is
+        pruned too. A revision made across a relist's gap is named for the listed version,
+        which may come after its change's (a status update since), while another replica
+        names it for the change's own: always pruned."""
+        gen = self.newest_generation(obj)
+        return gen is not None and gen - 1 <= self.limit and not across
 
     async def prune(self, namespace: str, uid: str) -> None:
         """Keep the CR's newest `limit` changes, whichever replica recorded each: after a
